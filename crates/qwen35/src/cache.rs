@@ -1,0 +1,55 @@
+//! State carried between calls of an incremental forward (spec §7.3).
+//!
+//! Running a prompt as `prefix` then `rest` with one cache gives the same output as one pass;
+//! a cache is cheap to clone (tensors are reference-counted), so a shared prefix can be run once
+//! and forked for every continuation.
+
+use burn::tensor::{Tensor, backend::Backend};
+
+/// Keys and values of one full-attention layer, `[batch, kv_heads, seq, head_dim]`; keys are
+/// stored after `k_norm` and RoPE.
+#[derive(Debug, Clone)]
+pub struct KvCache<B: Backend> {
+    pub key: Tensor<B, 4>,
+    pub value: Tensor<B, 4>,
+}
+
+/// State of one Gated DeltaNet layer.
+#[derive(Debug, Clone)]
+pub struct DeltaNetState<B: Backend> {
+    /// The last `K - 1` pre-conv inputs, `[batch, K - 1, conv_dim]` (time-major).
+    pub conv: Tensor<B, 3>,
+    /// The delta-rule state `S`, `[batch, value_heads, key_head_dim, value_head_dim]`, f32.
+    pub recurrent: Tensor<B, 4>,
+}
+
+/// The state of one decoder layer.
+#[derive(Debug, Clone)]
+pub enum LayerState<B: Backend> {
+    Attention(KvCache<B>),
+    DeltaNet(DeltaNetState<B>),
+}
+
+/// The state of every layer after the tokens seen so far.
+#[derive(Debug, Clone)]
+pub struct ModelCache<B: Backend> {
+    pub(crate) layers: Vec<Option<LayerState<B>>>,
+    pub(crate) seq_len: usize,
+}
+
+impl<B: Backend> ModelCache<B> {
+    /// An empty cache for a model of `num_layers` layers.
+    pub fn new(num_layers: usize) -> Self {
+        Self { layers: vec![None; num_layers], seq_len: 0 }
+    }
+
+    /// Tokens already run through the model (the position of the next token).
+    pub fn seq_len(&self) -> usize {
+        self.seq_len
+    }
+
+    /// The state of layer `index`, if that layer has run.
+    pub fn layer(&self, index: usize) -> Option<&LayerState<B>> {
+        self.layers.get(index).and_then(Option::as_ref)
+    }
+}

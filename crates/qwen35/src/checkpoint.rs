@@ -1,0 +1,141 @@
+//! A safetensors checkpoint on disk: one file or shards listed by `model.safetensors.index.json`,
+//! memory-mapped, read one tensor at a time as f32.
+//!
+//! Nothing is copied into RAM until a tensor is read, and then only that tensor: a checkpoint
+//! larger than memory can be opened, and loading holds the model plus one tensor in flight.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use half::{bf16, f16};
+use memmap2::Mmap;
+use safetensors::tensor::{Dtype, TensorInfo};
+use safetensors::SafeTensors;
+use serde::Deserialize;
+
+use crate::error::LoadError;
+
+/// The tensors of a checkpoint, by name.
+pub struct Checkpoint {
+    shards: Vec<Shard>,
+    tensors: HashMap<String, (usize, TensorInfo)>,
+}
+
+struct Shard {
+    path: PathBuf,
+    map: Mmap,
+    /// Offset of the data section (after the 8-byte length and the JSON header).
+    data_start: usize,
+}
+
+#[derive(Deserialize)]
+struct ShardIndex {
+    weight_map: HashMap<String, String>,
+}
+
+impl Checkpoint {
+    /// Opens the weights of a model folder: `model.safetensors.index.json` and its shards if
+    /// present, else `model.safetensors`.
+    pub fn open_dir(dir: impl AsRef<Path>) -> Result<Self, LoadError> {
+        let dir = dir.as_ref();
+        let index_path = dir.join("model.safetensors.index.json");
+        if index_path.exists() {
+            return Self::open_index(&index_path);
+        }
+        let single = dir.join("model.safetensors");
+        if single.exists() {
+            return Self::open_files(&[single]);
+        }
+        Err(LoadError::NoWeights(dir.to_path_buf()))
+    }
+
+    /// Opens a sharded checkpoint from its index; every tensor the index lists must be in the
+    /// shard it names.
+    pub fn open_index(index_path: &Path) -> Result<Self, LoadError> {
+        let text = std::fs::read_to_string(index_path)
+            .map_err(|source| LoadError::Io { path: index_path.to_path_buf(), source })?;
+        let index: ShardIndex = serde_json::from_str(&text)
+            .map_err(|e| LoadError::Index { path: index_path.to_path_buf(), reason: e.to_string() })?;
+        let dir = index_path.parent().unwrap_or(Path::new("."));
+        let files: BTreeSet<&String> = index.weight_map.values().collect();
+        let paths: Vec<PathBuf> = files.iter().map(|file| dir.join(file)).collect();
+        let checkpoint = Self::open_files(&paths)?;
+        for (name, file) in &index.weight_map {
+            let listed = dir.join(file);
+            match checkpoint.tensors.get(name) {
+                Some((shard, _)) if checkpoint.shards[*shard].path == listed => {}
+                _ => {
+                    return Err(LoadError::Index {
+                        path: index_path.to_path_buf(),
+                        reason: format!("tensor `{name}` is listed in {file} but that file does not contain it"),
+                    });
+                }
+            }
+        }
+        Ok(checkpoint)
+    }
+
+    /// Opens safetensors files and indexes their tensors by name.
+    pub fn open_files(paths: &[PathBuf]) -> Result<Self, LoadError> {
+        let mut shards = Vec::with_capacity(paths.len());
+        let mut tensors = HashMap::new();
+        for path in paths {
+            let file = File::open(path).map_err(|source| LoadError::Io { path: path.clone(), source })?;
+            // SAFETY: the map is read-only; as with every mmap-based loader, the file must not be
+            // truncated or rewritten by another process while the checkpoint is open.
+            let map = unsafe { Mmap::map(&file) }.map_err(|source| LoadError::Io { path: path.clone(), source })?;
+            let (header_len, metadata) = SafeTensors::read_metadata(&map)
+                .map_err(|e| LoadError::Corrupt { path: path.clone(), reason: e.to_string() })?;
+            let shard = shards.len();
+            for (name, info) in metadata.tensors() {
+                tensors.insert(name, (shard, info.clone()));
+            }
+            shards.push(Shard { path: path.clone(), map, data_start: 8 + header_len });
+        }
+        Ok(Self { shards, tensors })
+    }
+
+    /// Whether the checkpoint has a tensor of this name.
+    pub fn contains(&self, name: &str) -> bool {
+        self.tensors.contains_key(name)
+    }
+
+    /// Names of all tensors.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tensors.keys().map(String::as_str)
+    }
+
+    /// The stored shape of a tensor.
+    pub fn shape(&self, name: &str) -> Option<&[usize]> {
+        self.tensors.get(name).map(|(_, info)| info.shape.as_slice())
+    }
+
+    /// Reads tensor `name`, checks it has `expected` shape, and converts it to f32 (F32, BF16 and
+    /// F16 are accepted, mixed freely across tensors).
+    pub fn read_f32(&self, name: &str, expected: &[usize]) -> Result<Vec<f32>, LoadError> {
+        let (shard, info) = self
+            .tensors
+            .get(name)
+            .ok_or_else(|| LoadError::MissingTensor { name: name.to_owned() })?;
+        if info.shape != expected {
+            return Err(LoadError::ShapeMismatch {
+                name: name.to_owned(),
+                expected: expected.to_vec(),
+                found: info.shape.clone(),
+            });
+        }
+        let shard = &self.shards[*shard];
+        let (start, end) = info.data_offsets;
+        let bytes = &shard.map[shard.data_start + start..shard.data_start + end];
+        let values = match info.dtype {
+            Dtype::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+            Dtype::BF16 => bytes.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+            Dtype::F16 => bytes.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+            other => {
+                return Err(LoadError::UnsupportedDtype { name: name.to_owned(), dtype: format!("{other:?}") });
+            }
+        };
+        Ok(values)
+    }
+}

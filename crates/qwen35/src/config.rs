@@ -1,0 +1,325 @@
+//! The text configuration of a Qwen3.5 checkpoint, read from Hugging Face `config.json`.
+//!
+//! Real checkpoints ship a composite config (`model_type` `qwen3_5` / `qwen3_5_moe`) with the
+//! text fields under `text_config`; transformers' text-only `save_pretrained` writes them flat
+//! (`qwen3_5_text` / `qwen3_5_moe_text`). Both are accepted. Defaults are those of transformers
+//! 5.23.0's `Qwen3_5TextConfig` / `Qwen3_5MoeTextConfig`.
+
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::error::ConfigError;
+
+/// The mixer of one decoder layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LayerType {
+    /// Gated DeltaNet (`linear_attn`).
+    LinearAttention,
+    /// Gated full attention (`self_attn`).
+    FullAttention,
+}
+
+/// The sparse MoE feed-forward of Qwen3.5-MoE (every layer is sparse).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoeConfig {
+    /// E: routed experts.
+    pub num_experts: usize,
+    /// k: experts per token.
+    pub num_experts_per_tok: usize,
+    /// Width of each routed expert's SwiGLU.
+    pub moe_intermediate_size: usize,
+    /// Width of the always-on shared expert.
+    pub shared_expert_intermediate_size: usize,
+}
+
+/// A validated Qwen3.5 text configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Qwen35Config {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    /// Dense MLP width; `None` for MoE models.
+    pub intermediate_size: Option<usize>,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: usize,
+    pub head_dim: usize,
+    pub rms_norm_eps: f64,
+    pub tie_word_embeddings: bool,
+    pub rope_theta: f64,
+    pub partial_rotary_factor: f64,
+    pub linear_conv_kernel_dim: usize,
+    pub linear_key_head_dim: usize,
+    pub linear_value_head_dim: usize,
+    pub linear_num_key_heads: usize,
+    pub linear_num_value_heads: usize,
+    pub layer_types: Vec<LayerType>,
+    /// Present for Qwen3.5-MoE.
+    pub moe: Option<MoeConfig>,
+}
+
+/// The text fields as they appear in `config.json`; absent fields take the class defaults.
+#[derive(Deserialize)]
+struct RawTextConfig {
+    model_type: Option<String>,
+    vocab_size: Option<usize>,
+    hidden_size: Option<usize>,
+    intermediate_size: Option<usize>,
+    num_hidden_layers: Option<usize>,
+    num_attention_heads: Option<usize>,
+    num_key_value_heads: Option<usize>,
+    head_dim: Option<usize>,
+    rms_norm_eps: Option<f64>,
+    tie_word_embeddings: Option<bool>,
+    rope_parameters: Option<RawRope>,
+    rope_theta: Option<f64>,
+    partial_rotary_factor: Option<f64>,
+    linear_conv_kernel_dim: Option<usize>,
+    linear_key_head_dim: Option<usize>,
+    linear_value_head_dim: Option<usize>,
+    linear_num_key_heads: Option<usize>,
+    linear_num_value_heads: Option<usize>,
+    layer_types: Option<Vec<LayerType>>,
+    full_attention_interval: Option<usize>,
+    num_experts: Option<usize>,
+    num_experts_per_tok: Option<usize>,
+    moe_intermediate_size: Option<usize>,
+    shared_expert_intermediate_size: Option<usize>,
+}
+
+#[derive(Deserialize)]
+struct RawRope {
+    rope_theta: Option<f64>,
+    partial_rotary_factor: Option<f64>,
+    rope_type: Option<String>,
+}
+
+impl Qwen35Config {
+    /// Reads and validates `config.json` (flat or composite).
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_json(&text)
+    }
+
+    /// Parses and validates the text of a `config.json` (flat or composite).
+    pub fn from_json(text: &str) -> Result<Self, ConfigError> {
+        let root: Value = serde_json::from_str(text).map_err(ConfigError::Json)?;
+        let Value::Object(top) = &root else {
+            return Err(ConfigError::Invalid("config.json must be a JSON object".into()));
+        };
+        // Composite configs nest the text model; the tying flag of the composite model is the
+        // top-level one (transformers reads `self.config.tie_word_embeddings`).
+        let (text_value, composite_tie) = match top.get("text_config") {
+            Some(text) => (text.clone(), Some(top.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false))),
+            None => (root.clone(), None),
+        };
+        let raw: RawTextConfig = serde_path_to_error::deserialize(text_value).map_err(|e| ConfigError::Field {
+            field_path: e.path().to_string(),
+            message: e.into_inner().to_string(),
+        })?;
+        let model_type = raw
+            .model_type
+            .clone()
+            .or_else(|| top.get("model_type").and_then(Value::as_str).map(str::to_owned));
+        let is_moe = match model_type.as_deref() {
+            Some("qwen3_5" | "qwen3_5_text") => false,
+            Some("qwen3_5_moe" | "qwen3_5_moe_text") => true,
+            Some(other) => {
+                return Err(ConfigError::Invalid(format!(
+                    "model_type `{other}` is not a Qwen3.5 model (expected qwen3_5, qwen3_5_text, qwen3_5_moe or qwen3_5_moe_text)"
+                )));
+            }
+            None => raw.num_experts.is_some(),
+        };
+        let config = raw.resolve(is_moe, composite_tie)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Whether the feed-forward of every layer is the sparse MoE block.
+    pub fn is_moe(&self) -> bool {
+        self.moe.is_some()
+    }
+
+    /// Channels of each attention head that get the rotary embedding (64 for the real models).
+    pub fn rotary_dim(&self) -> usize {
+        (self.head_dim as f64 * self.partial_rotary_factor) as usize
+    }
+
+    /// DeltaNet: `Hk * Dk`.
+    pub fn linear_key_dim(&self) -> usize {
+        self.linear_num_key_heads * self.linear_key_head_dim
+    }
+
+    /// DeltaNet: `Hv * Dv`.
+    pub fn linear_value_dim(&self) -> usize {
+        self.linear_num_value_heads * self.linear_value_head_dim
+    }
+
+    /// DeltaNet: channels of the causal conv, `[q | k | v]`.
+    pub fn linear_conv_dim(&self) -> usize {
+        2 * self.linear_key_dim() + self.linear_value_dim()
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let positive = [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_key_value_heads", self.num_key_value_heads),
+            ("head_dim", self.head_dim),
+            ("linear_conv_kernel_dim", self.linear_conv_kernel_dim),
+            ("linear_key_head_dim", self.linear_key_head_dim),
+            ("linear_value_head_dim", self.linear_value_head_dim),
+            ("linear_num_key_heads", self.linear_num_key_heads),
+            ("linear_num_value_heads", self.linear_num_value_heads),
+        ];
+        for (field, value) in positive {
+            if value == 0 {
+                return Err(ConfigError::Field { field_path: field.into(), message: "must be positive".into() });
+            }
+        }
+        if self.num_attention_heads % self.num_key_value_heads != 0 {
+            return Err(ConfigError::Field {
+                field_path: "num_attention_heads".into(),
+                message: format!(
+                    "{} is not a multiple of num_key_value_heads {}",
+                    self.num_attention_heads, self.num_key_value_heads
+                ),
+            });
+        }
+        if self.linear_num_value_heads % self.linear_num_key_heads != 0 {
+            return Err(ConfigError::Field {
+                field_path: "linear_num_value_heads".into(),
+                message: format!(
+                    "{} is not a multiple of linear_num_key_heads {}",
+                    self.linear_num_value_heads, self.linear_num_key_heads
+                ),
+            });
+        }
+        let rotary = self.rotary_dim();
+        if rotary == 0 || rotary % 2 != 0 || rotary > self.head_dim {
+            return Err(ConfigError::Field {
+                field_path: "partial_rotary_factor".into(),
+                message: format!(
+                    "{} of head_dim {} gives rotary dim {rotary}, which must be even, positive and at most head_dim",
+                    self.partial_rotary_factor, self.head_dim
+                ),
+            });
+        }
+        if !(self.rope_theta > 0.0) {
+            return Err(ConfigError::Field { field_path: "rope_theta".into(), message: format!("{} must be positive", self.rope_theta) });
+        }
+        if !(self.rms_norm_eps >= 0.0) {
+            return Err(ConfigError::Field { field_path: "rms_norm_eps".into(), message: format!("{} must not be negative", self.rms_norm_eps) });
+        }
+        if self.layer_types.len() != self.num_hidden_layers {
+            return Err(ConfigError::Field {
+                field_path: "layer_types".into(),
+                message: format!(
+                    "has {} entries but num_hidden_layers is {}",
+                    self.layer_types.len(),
+                    self.num_hidden_layers
+                ),
+            });
+        }
+        match (&self.moe, self.intermediate_size) {
+            (Some(moe), _) => {
+                for (field, value) in [
+                    ("num_experts", moe.num_experts),
+                    ("num_experts_per_tok", moe.num_experts_per_tok),
+                    ("moe_intermediate_size", moe.moe_intermediate_size),
+                    ("shared_expert_intermediate_size", moe.shared_expert_intermediate_size),
+                ] {
+                    if value == 0 {
+                        return Err(ConfigError::Field { field_path: field.into(), message: "must be positive".into() });
+                    }
+                }
+                if moe.num_experts_per_tok > moe.num_experts {
+                    return Err(ConfigError::Field {
+                        field_path: "num_experts_per_tok".into(),
+                        message: format!("{} exceeds num_experts {}", moe.num_experts_per_tok, moe.num_experts),
+                    });
+                }
+            }
+            (None, Some(0)) => {
+                return Err(ConfigError::Field { field_path: "intermediate_size".into(), message: "must be positive".into() });
+            }
+            (None, _) => {}
+        }
+        Ok(())
+    }
+}
+
+impl RawTextConfig {
+    fn resolve(self, is_moe: bool, composite_tie: Option<bool>) -> Result<Qwen35Config, ConfigError> {
+        let num_hidden_layers = self.num_hidden_layers.unwrap_or(if is_moe { 40 } else { 32 });
+        let layer_types = match self.layer_types {
+            Some(types) => types,
+            None => {
+                let interval = self.full_attention_interval.unwrap_or(4);
+                if interval == 0 {
+                    return Err(ConfigError::Field { field_path: "full_attention_interval".into(), message: "must be positive".into() });
+                }
+                (0..num_hidden_layers)
+                    .map(|i| {
+                        if (i + 1) % interval == 0 { LayerType::FullAttention } else { LayerType::LinearAttention }
+                    })
+                    .collect()
+            }
+        };
+        let rope = self.rope_parameters;
+        if let Some(kind) = rope.as_ref().and_then(|r| r.rope_type.as_deref()) {
+            // Text-only input makes M-RoPE plain RoPE; scaled variants are not implemented.
+            if kind != "default" && kind != "mrope" {
+                return Err(ConfigError::Field {
+                    field_path: "rope_parameters.rope_type".into(),
+                    message: format!("`{kind}` is not supported (only the default RoPE of Qwen3.5)"),
+                });
+            }
+        }
+        let rope_theta = rope
+            .as_ref()
+            .and_then(|r| r.rope_theta)
+            .or(self.rope_theta)
+            .unwrap_or(10_000.0);
+        let partial_rotary_factor = rope
+            .as_ref()
+            .and_then(|r| r.partial_rotary_factor)
+            .or(self.partial_rotary_factor)
+            .unwrap_or(0.25);
+        let moe = is_moe.then(|| MoeConfig {
+            num_experts: self.num_experts.unwrap_or(256),
+            num_experts_per_tok: self.num_experts_per_tok.unwrap_or(8),
+            moe_intermediate_size: self.moe_intermediate_size.unwrap_or(512),
+            shared_expert_intermediate_size: self.shared_expert_intermediate_size.unwrap_or(512),
+        });
+        Ok(Qwen35Config {
+            vocab_size: self.vocab_size.unwrap_or(248_320),
+            hidden_size: self.hidden_size.unwrap_or(if is_moe { 2048 } else { 4096 }),
+            intermediate_size: (!is_moe).then(|| self.intermediate_size.unwrap_or(12_288)),
+            num_hidden_layers,
+            num_attention_heads: self.num_attention_heads.unwrap_or(16),
+            num_key_value_heads: self.num_key_value_heads.unwrap_or(if is_moe { 2 } else { 4 }),
+            head_dim: self.head_dim.unwrap_or(256),
+            rms_norm_eps: self.rms_norm_eps.unwrap_or(1e-6),
+            tie_word_embeddings: composite_tie.unwrap_or(self.tie_word_embeddings.unwrap_or(false)),
+            rope_theta,
+            partial_rotary_factor,
+            linear_conv_kernel_dim: self.linear_conv_kernel_dim.unwrap_or(4),
+            linear_key_head_dim: self.linear_key_head_dim.unwrap_or(128),
+            linear_value_head_dim: self.linear_value_head_dim.unwrap_or(128),
+            linear_num_key_heads: self.linear_num_key_heads.unwrap_or(16),
+            linear_num_value_heads: self.linear_num_value_heads.unwrap_or(32),
+            layer_types,
+            moe,
+        })
+    }
+}

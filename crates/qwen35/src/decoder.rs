@@ -1,0 +1,86 @@
+//! One decoder layer (spec §3): pre-norm residual blocks around a token mixer (Gated DeltaNet or
+//! gated attention) and a feed-forward (dense SwiGLU or sparse MoE).
+
+use burn::module::Module;
+use burn::tensor::{Tensor, backend::Backend};
+use decider_ops::DeciderOps;
+
+use crate::attention::GatedAttention;
+use crate::cache::LayerState;
+use crate::delta_net::GatedDeltaNet;
+use crate::mlp::Mlp;
+use crate::moe::SparseMoe;
+use crate::norm::RmsNorm;
+use crate::rope::RotaryEmbedding;
+
+/// The mixer of a layer, named like the checkpoint's module.
+#[derive(Module, Debug)]
+pub enum TokenMixer<B: Backend> {
+    /// `linear_attn`.
+    LinearAttn(GatedDeltaNet<B>),
+    /// `self_attn`.
+    SelfAttn(GatedAttention<B>),
+}
+
+/// The feed-forward of a layer (`mlp` in the checkpoint).
+#[derive(Module, Debug)]
+pub enum FeedForward<B: Backend> {
+    Dense(Mlp<B>),
+    Sparse(SparseMoe<B>),
+}
+
+#[derive(Module, Debug)]
+pub struct DecoderLayer<B: Backend> {
+    pub input_layernorm: RmsNorm<B>,
+    pub mixer: TokenMixer<B>,
+    pub post_attention_layernorm: RmsNorm<B>,
+    pub mlp: FeedForward<B>,
+}
+
+/// What one layer produced: the residual stream after it, the outputs of its two blocks (for
+/// layer-by-layer comparison with a reference) and its state for the next call.
+pub struct LayerOutput<B: Backend> {
+    pub hidden: Tensor<B, 3>,
+    pub mixer: Tensor<B, 3>,
+    pub mlp: Tensor<B, 3>,
+    pub state: LayerState<B>,
+}
+
+/// RoPE tables for the positions of one call, shared by every attention layer.
+pub struct RopeTables<'a, B: Backend> {
+    pub rope: &'a RotaryEmbedding,
+    pub cos: Tensor<B, 2>,
+    pub sin: Tensor<B, 2>,
+}
+
+impl<B: DeciderOps> DecoderLayer<B> {
+    /// `hidden`: `[batch, len, hidden]`; `past`: this layer's state from earlier tokens.
+    pub fn forward(&self, hidden: Tensor<B, 3>, past: Option<&LayerState<B>>, rope: &RopeTables<B>) -> LayerOutput<B> {
+        let x = self.input_layernorm.forward(hidden.clone());
+        let (mixer, state) = match &self.mixer {
+            TokenMixer::LinearAttn(delta_net) => {
+                let past = match past {
+                    Some(LayerState::DeltaNet(state)) => Some(state),
+                    _ => None,
+                };
+                let (out, state) = delta_net.forward(x, past);
+                (out, LayerState::DeltaNet(state))
+            }
+            TokenMixer::SelfAttn(attention) => {
+                let past = match past {
+                    Some(LayerState::Attention(cache)) => Some(cache),
+                    _ => None,
+                };
+                let (out, cache) = attention.forward(x, past, rope.rope, &rope.cos, &rope.sin);
+                (out, LayerState::Attention(cache))
+            }
+        };
+        let hidden = hidden + mixer.clone();
+        let x = self.post_attention_layernorm.forward(hidden.clone());
+        let mlp = match &self.mlp {
+            FeedForward::Dense(mlp) => mlp.forward(x),
+            FeedForward::Sparse(moe) => moe.forward(x),
+        };
+        LayerOutput { hidden: hidden + mlp.clone(), mixer, mlp, state }
+    }
+}

@@ -1,0 +1,143 @@
+//! Gated DeltaNet (spec §7): the linear-attention mixer of three layers in four.
+
+use burn::config::Config;
+use burn::module::{Initializer, Module, Param};
+use burn::nn::{Linear, LinearConfig};
+use burn::tensor::activation::{sigmoid, silu};
+use burn::tensor::{Tensor, backend::Backend};
+use decider_ops::UnitLowerInverse;
+
+use crate::cache::DeltaNetState;
+use crate::delta_rule::{chunked_gated_delta_rule, recurrent_gated_delta_rule};
+use crate::norm::{GatedRmsNorm, RmsNormConfig};
+
+#[derive(Config, Debug)]
+pub struct GatedDeltaNetConfig {
+    pub hidden_size: usize,
+    /// Hk: heads of q and k.
+    pub num_key_heads: usize,
+    /// Hv: heads of v, of the gates and of the state (a multiple of Hk).
+    pub num_value_heads: usize,
+    /// Dk.
+    pub key_head_dim: usize,
+    /// Dv.
+    pub value_head_dim: usize,
+    /// K of the causal depthwise conv.
+    pub conv_kernel_dim: usize,
+    #[config(default = 1e-6)]
+    pub rms_norm_eps: f64,
+}
+
+/// `linear_attn`: four input projections, a causal depthwise conv over `[q | k | v]`, the gated
+/// delta rule, a gated RMSNorm and the output projection.
+#[derive(Module, Debug)]
+pub struct GatedDeltaNet<B: Backend> {
+    /// `[hidden, 2 * Hk * Dk + Hv * Dv]`, output `[q | k | v]`, each head-major.
+    pub in_proj_qkv: Linear<B>,
+    /// `[hidden, Hv * Dv]`: the output gate of the norm.
+    pub in_proj_z: Linear<B>,
+    /// `[hidden, Hv]`: beta logits.
+    pub in_proj_b: Linear<B>,
+    /// `[hidden, Hv]`: decay input.
+    pub in_proj_a: Linear<B>,
+    /// Depthwise conv kernel `[conv_dim, K]` (the checkpoint's `[conv_dim, 1, K]`), no bias.
+    pub conv1d: Param<Tensor<B, 2>>,
+    /// `[Hv]`: `log A`; the decay is `g = -exp(A_log) * softplus(a + dt_bias)`.
+    pub a_log: Param<Tensor<B, 1>>,
+    /// `[Hv]`.
+    pub dt_bias: Param<Tensor<B, 1>>,
+    /// Gated RMSNorm over Dv, one weight shared by all heads.
+    pub norm: GatedRmsNorm<B>,
+    /// `[Hv * Dv, hidden]`.
+    pub out_proj: Linear<B>,
+    pub num_key_heads: usize,
+    pub num_value_heads: usize,
+    pub key_head_dim: usize,
+    pub value_head_dim: usize,
+}
+
+impl GatedDeltaNetConfig {
+    pub fn init<B: Backend>(&self, device: &B::Device) -> GatedDeltaNet<B> {
+        let key_dim = self.num_key_heads * self.key_head_dim;
+        let value_dim = self.num_value_heads * self.value_head_dim;
+        let conv_dim = 2 * key_dim + value_dim;
+        let linear = |i, o| LinearConfig::new(i, o).with_bias(false).init(device);
+        let k = self.conv_kernel_dim;
+        GatedDeltaNet {
+            in_proj_qkv: linear(self.hidden_size, conv_dim),
+            in_proj_z: linear(self.hidden_size, value_dim),
+            in_proj_b: linear(self.hidden_size, self.num_value_heads),
+            in_proj_a: linear(self.hidden_size, self.num_value_heads),
+            conv1d: Initializer::Uniform { min: -1.0 / (k as f64).sqrt(), max: 1.0 / (k as f64).sqrt() }
+                .init([conv_dim, k], device),
+            // A ~ U(0, 16) as in transformers' init; dt_bias = 1.
+            a_log: Initializer::Uniform { min: 0.0, max: 16f64.ln() }.init([self.num_value_heads], device),
+            dt_bias: Initializer::Ones.init([self.num_value_heads], device),
+            norm: RmsNormConfig::new(self.value_head_dim).with_eps(self.rms_norm_eps).init_gated(device),
+            out_proj: linear(value_dim, self.hidden_size),
+            num_key_heads: self.num_key_heads,
+            num_value_heads: self.num_value_heads,
+            key_head_dim: self.key_head_dim,
+            value_head_dim: self.value_head_dim,
+        }
+    }
+}
+
+impl<B: UnitLowerInverse> GatedDeltaNet<B> {
+    /// `x`: `[batch, len, hidden]`, continuing from `past` if given. Returns the output and the
+    /// state after these tokens. Like transformers, a single token with a past state takes the
+    /// recurrent form and everything else the chunked form.
+    pub fn forward(&self, x: Tensor<B, 3>, past: Option<&DeltaNetState<B>>) -> (Tensor<B, 3>, DeltaNetState<B>) {
+        let [batch, len, _] = x.dims();
+        let (hk, hv, dk, dv) = (self.num_key_heads, self.num_value_heads, self.key_head_dim, self.value_head_dim);
+
+        let mixed = self.in_proj_qkv.forward(x.clone());
+        let z = self.in_proj_z.forward(x.clone()).reshape([batch, len, hv, dv]);
+        let b = self.in_proj_b.forward(x.clone());
+        let a = self.in_proj_a.forward(x);
+
+        let (mixed, conv_state) = self.causal_conv(mixed, past.map(|p| p.conv.clone()));
+        let q = mixed.clone().narrow(2, 0, hk * dk).reshape([batch, len, hk, dk]);
+        let k = mixed.clone().narrow(2, hk * dk, hk * dk).reshape([batch, len, hk, dk]);
+        let v = mixed.narrow(2, 2 * hk * dk, hv * dv).reshape([batch, len, hv, dv]);
+
+        let beta = sigmoid(b);
+        let a_log = self.a_log.val().unsqueeze::<3>();
+        let dt_bias = self.dt_bias.val().unsqueeze::<3>();
+        let g = a_log.exp().neg() * softplus(a + dt_bias);
+
+        let initial = past.map(|p| p.recurrent.clone());
+        let (out, recurrent) = if len == 1 && initial.is_some() {
+            recurrent_gated_delta_rule(q, k, v, g, beta, initial)
+        } else {
+            chunked_gated_delta_rule(q, k, v, g, beta, initial)
+        };
+        let out = self.norm.forward(out, z).reshape([batch, len, hv * dv]);
+        (self.out_proj.forward(out), DeltaNetState { conv: conv_state, recurrent })
+    }
+
+    /// Causal depthwise conv over time plus SiLU, on `[batch, len, conv_dim]` (time-major).
+    /// The window starts with the cached last `K - 1` inputs (zeros for a fresh sequence);
+    /// returns the activations and the new last `K - 1` inputs.
+    fn causal_conv(&self, mixed: Tensor<B, 3>, past: Option<Tensor<B, 3>>) -> (Tensor<B, 3>, Tensor<B, 3>) {
+        let [batch, len, channels] = mixed.dims();
+        let weight = self.conv1d.val(); // [channels, K]
+        let kernel = weight.dims()[1];
+        let history = past.unwrap_or_else(|| Tensor::zeros([batch, kernel - 1, channels], &mixed.device()));
+        let window = Tensor::cat(vec![history, mixed], 1); // [batch, K - 1 + len, channels]
+        let mut out = Tensor::zeros([batch, len, channels], &window.device());
+        for j in 0..kernel {
+            let tap = weight.clone().narrow(1, j, 1).reshape([1, 1, channels]);
+            out = out + window.clone().narrow(1, j, len) * tap;
+        }
+        let state = window.narrow(1, len, kernel - 1);
+        (silu(out), state)
+    }
+}
+
+/// `log(1 + exp(x))`, linear above 20 like `torch.nn.functional.softplus` (no overflow).
+fn softplus<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    let linear = x.clone().greater_elem(20.0);
+    let soft = x.clone().clamp_max(20.0).exp().log1p();
+    soft.mask_where(linear, x)
+}

@@ -1,0 +1,37 @@
+//! Errors of configuration parsing and weight loading: each names the file, field or tensor.
+
+use std::path::PathBuf;
+
+/// A `config.json` that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("config is not valid JSON for a Qwen3.5 text config: {0}")]
+    Json(serde_json::Error),
+    #[error("config field `{field_path}`: {message}")]
+    Field { field_path: String, message: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// A checkpoint that cannot be loaded into the model.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("cannot read {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path} is not a valid safetensors file (truncated or corrupt?): {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("invalid shard index {path}: {reason}")]
+    Index { path: PathBuf, reason: String },
+    #[error("no safetensors weights in {0} (expected model.safetensors or model.safetensors.index.json)")]
+    NoWeights(PathBuf),
+    #[error("missing tensor `{name}` in the checkpoint")]
+    MissingTensor { name: String },
+    #[error("tensor `{name}` has shape {found:?}, expected {expected:?}")]
+    ShapeMismatch { name: String, expected: Vec<usize>, found: Vec<usize> },
+    #[error("tensor `{name}` has dtype {dtype}, which is not supported (use F32, BF16 or F16)")]
+    UnsupportedDtype { name: String, dtype: String },
+}

@@ -1,0 +1,167 @@
+//! The Qwen3.5 text model (spec §3, §10): embeddings, decoder layers, final norm, output head.
+
+use burn::module::Module;
+use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
+use burn::tensor::{Int, Tensor, backend::Backend};
+use decider_ops::DeciderOps;
+
+use crate::attention::GatedAttentionConfig;
+use crate::cache::ModelCache;
+use crate::config::{LayerType, Qwen35Config};
+use crate::decoder::{DecoderLayer, FeedForward, RopeTables, TokenMixer};
+use crate::delta_net::GatedDeltaNetConfig;
+use crate::mlp::MlpConfig;
+use crate::moe::SparseMoeConfig;
+use crate::norm::{RmsNorm, RmsNormConfig};
+use crate::rope::RotaryEmbedding;
+
+#[derive(Module, Debug)]
+pub struct Qwen35Model<B: Backend> {
+    /// `[vocab, hidden]`.
+    pub embed_tokens: Embedding<B>,
+    pub layers: Vec<DecoderLayer<B>>,
+    /// Final zero-centred RMSNorm.
+    pub norm: RmsNorm<B>,
+    /// `[hidden, vocab]`; `None` when the embeddings are tied (the head is `embed_tokens^T`).
+    pub lm_head: Option<Linear<B>>,
+    pub rotary_dim: usize,
+    pub rope_theta: f64,
+}
+
+/// Every intermediate of one forward, for layer-by-layer comparison with a reference.
+pub struct ForwardTrace<B: Backend> {
+    /// `[batch, len, hidden]` token embeddings.
+    pub embeddings: Tensor<B, 3>,
+    /// One entry per decoder layer.
+    pub layers: Vec<LayerTrace<B>>,
+    /// Output of the final norm.
+    pub norm: Tensor<B, 3>,
+    /// `[batch, len, vocab]`.
+    pub logits: Tensor<B, 3>,
+}
+
+/// Outputs of one decoder layer: its mixer block, its feed-forward block, the residual stream.
+pub struct LayerTrace<B: Backend> {
+    pub mixer: Tensor<B, 3>,
+    pub mlp: Tensor<B, 3>,
+    pub hidden: Tensor<B, 3>,
+}
+
+impl Qwen35Config {
+    /// A model with freshly initialised (random) weights, e.g. for benchmarks and training.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> Qwen35Model<B> {
+        let h = self.hidden_size;
+        let norm = RmsNormConfig::new(h).with_eps(self.rms_norm_eps);
+        let layers = self
+            .layer_types
+            .iter()
+            .map(|kind| DecoderLayer {
+                input_layernorm: norm.init(device),
+                mixer: match kind {
+                    LayerType::LinearAttention => TokenMixer::LinearAttn(
+                        GatedDeltaNetConfig::new(
+                            h,
+                            self.linear_num_key_heads,
+                            self.linear_num_value_heads,
+                            self.linear_key_head_dim,
+                            self.linear_value_head_dim,
+                            self.linear_conv_kernel_dim,
+                        )
+                        .with_rms_norm_eps(self.rms_norm_eps)
+                        .init(device),
+                    ),
+                    LayerType::FullAttention => TokenMixer::SelfAttn(
+                        GatedAttentionConfig::new(h, self.num_attention_heads, self.num_key_value_heads, self.head_dim)
+                            .with_rms_norm_eps(self.rms_norm_eps)
+                            .init(device),
+                    ),
+                },
+                post_attention_layernorm: norm.init(device),
+                mlp: match (&self.moe, self.intermediate_size) {
+                    (Some(moe), _) => FeedForward::Sparse(
+                        SparseMoeConfig::new(
+                            h,
+                            moe.num_experts,
+                            moe.num_experts_per_tok,
+                            moe.moe_intermediate_size,
+                            moe.shared_expert_intermediate_size,
+                        )
+                        .init(device),
+                    ),
+                    (None, intermediate) => {
+                        FeedForward::Dense(MlpConfig::new(h, intermediate.unwrap_or(4 * h)).init(device))
+                    }
+                },
+            })
+            .collect();
+        Qwen35Model {
+            embed_tokens: EmbeddingConfig::new(self.vocab_size, h).init(device),
+            layers,
+            norm: norm.init(device),
+            lm_head: (!self.tie_word_embeddings)
+                .then(|| LinearConfig::new(h, self.vocab_size).with_bias(false).init(device)),
+            rotary_dim: self.rotary_dim(),
+            rope_theta: self.rope_theta,
+        }
+    }
+}
+
+impl<B: DeciderOps> Qwen35Model<B> {
+    /// Logits `[batch, len, vocab]` of a fresh sequence.
+    pub fn forward(&self, ids: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        let mut cache = self.new_cache();
+        self.forward_cached(ids, &mut cache)
+    }
+
+    /// Logits of `ids` continuing the sequence in `cache`, which is extended by these tokens.
+    pub fn forward_cached(&self, ids: Tensor<B, 2, Int>, cache: &mut ModelCache<B>) -> Tensor<B, 3> {
+        let hidden = self.hidden_states(ids, cache);
+        self.output_head(hidden)
+    }
+
+    /// Final-norm hidden states `[batch, len, hidden]` of `ids` continuing `cache`. A caller that
+    /// needs only some logits (a decision reads a few label rows) projects these itself.
+    pub fn hidden_states(&self, ids: Tensor<B, 2, Int>, cache: &mut ModelCache<B>) -> Tensor<B, 3> {
+        self.run(ids, cache, None)
+    }
+
+    /// Every intermediate of a forward over a fresh sequence.
+    pub fn trace(&self, ids: Tensor<B, 2, Int>) -> ForwardTrace<B> {
+        let mut cache = self.new_cache();
+        let mut layers = Vec::with_capacity(self.layers.len());
+        let embeddings = self.embed_tokens.forward(ids.clone());
+        let norm = self.run(ids, &mut cache, Some(&mut layers));
+        ForwardTrace { embeddings, layers, logits: self.output_head(norm.clone()), norm }
+    }
+
+    /// An empty cache for this model.
+    pub fn new_cache(&self) -> ModelCache<B> {
+        ModelCache::new(self.layers.len())
+    }
+
+    /// Projects hidden states onto the vocabulary (the tied embeddings or `lm_head`).
+    pub fn output_head(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
+        match &self.lm_head {
+            Some(head) => head.forward(hidden),
+            None => hidden.matmul(self.embed_tokens.weight.val().transpose().unsqueeze::<3>()),
+        }
+    }
+
+    fn run(&self, ids: Tensor<B, 2, Int>, cache: &mut ModelCache<B>, mut trace: Option<&mut Vec<LayerTrace<B>>>) -> Tensor<B, 3> {
+        let [_, len] = ids.dims();
+        let mut hidden = self.embed_tokens.forward(ids);
+        let rope = RotaryEmbedding::new(self.rotary_dim, self.rope_theta);
+        let (cos, sin) = rope.tables(cache.seq_len, len, &hidden.device());
+        let tables = RopeTables { rope: &rope, cos, sin };
+        for (index, layer) in self.layers.iter().enumerate() {
+            let out = layer.forward(hidden, cache.layers[index].as_ref(), &tables);
+            cache.layers[index] = Some(out.state);
+            if let Some(trace) = trace.as_deref_mut() {
+                trace.push(LayerTrace { mixer: out.mixer, mlp: out.mlp, hidden: out.hidden.clone() });
+            }
+            hidden = out.hidden;
+        }
+        cache.seq_len += len;
+        self.norm.forward(hidden)
+    }
+}

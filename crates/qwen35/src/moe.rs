@@ -1,0 +1,118 @@
+//! The sparse MoE block of Qwen3.5-MoE (spec §9): softmax router, top-k, always renormalised,
+//! routed SwiGLU experts, plus a shared expert behind a sigmoid gate.
+
+use burn::config::Config;
+use burn::module::{Initializer, Module, Param};
+use burn::nn::{Linear, LinearConfig};
+use burn::tensor::activation::{sigmoid, silu, softmax};
+use burn::tensor::{IndexingUpdateOp, Int, Tensor, backend::Backend};
+use decider_ops::{ExpertCount, expert_count};
+
+use crate::mlp::{Mlp, MlpConfig};
+
+#[derive(Config, Debug)]
+pub struct SparseMoeConfig {
+    pub hidden_size: usize,
+    pub num_experts: usize,
+    pub num_experts_per_tok: usize,
+    pub moe_intermediate_size: usize,
+    pub shared_expert_intermediate_size: usize,
+}
+
+/// The routed experts, stacked: expert `e` is `down(silu(x W_gate) * (x W_up))`.
+#[derive(Module, Debug)]
+pub struct Experts<B: Backend> {
+    /// `[E, hidden, 2 * I]`: columns `0..I` are the gate projection, `I..2I` the up projection
+    /// (the checkpoint's fused `[E, 2I, hidden]`, transposed per expert).
+    pub gate_up_proj: Param<Tensor<B, 3>>,
+    /// `[E, I, hidden]` (the checkpoint's `[E, hidden, I]`, transposed per expert).
+    pub down_proj: Param<Tensor<B, 3>>,
+}
+
+/// `mlp` of every Qwen3.5-MoE layer.
+#[derive(Module, Debug)]
+pub struct SparseMoe<B: Backend> {
+    /// Router `[hidden, E]`.
+    pub gate: Linear<B>,
+    pub experts: Experts<B>,
+    pub shared_expert: Mlp<B>,
+    /// `[hidden, 1]`: the shared expert's per-token sigmoid gate.
+    pub shared_expert_gate: Linear<B>,
+    pub num_experts_per_tok: usize,
+}
+
+impl SparseMoeConfig {
+    pub fn init<B: Backend>(&self, device: &B::Device) -> SparseMoe<B> {
+        let (e, h, i) = (self.num_experts, self.hidden_size, self.moe_intermediate_size);
+        let linear = |i, o| LinearConfig::new(i, o).with_bias(false).init(device);
+        let normal = |fan_in: usize| Initializer::Normal { mean: 0.0, std: 1.0 / (fan_in as f64).sqrt() };
+        SparseMoe {
+            gate: linear(h, e),
+            experts: Experts {
+                gate_up_proj: normal(h).init([e, h, 2 * i], device),
+                down_proj: normal(i).init([e, i, h], device),
+            },
+            shared_expert: MlpConfig::new(h, self.shared_expert_intermediate_size).init(device),
+            shared_expert_gate: linear(h, 1),
+            num_experts_per_tok: self.num_experts_per_tok,
+        }
+    }
+}
+
+impl<B: ExpertCount> SparseMoe<B> {
+    /// `x`: `[batch, len, hidden]`.
+    pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let [batch, len, hidden] = x.dims();
+        let tokens = x.reshape([batch * len, hidden]);
+        let routed = self.routed(tokens.clone());
+        let shared = self.shared_expert.forward(tokens.clone()) * sigmoid(self.shared_expert_gate.forward(tokens));
+        (routed + shared).reshape([batch, len, hidden])
+    }
+
+    /// Routes each of the `[n, hidden]` tokens to its top-k experts and sums their outputs,
+    /// weighted by the renormalised router probabilities.
+    ///
+    /// The `n * k` (token, slot) pairs are sorted by expert, counted per expert, and each expert
+    /// runs once on its contiguous rows; the results are weighted and added back to their tokens.
+    fn routed(&self, tokens: Tensor<B, 2>) -> Tensor<B, 2> {
+        let [n, hidden] = tokens.dims();
+        let k = self.num_experts_per_tok;
+        let [num_experts, _, two_i] = self.experts.gate_up_proj.dims();
+        let intermediate = two_i / 2;
+        let device = tokens.device();
+        if n == 0 {
+            return Tensor::zeros([0, hidden], &device);
+        }
+
+        let probs = softmax(self.gate.forward(tokens.clone()), 1);
+        let (weights, experts) = probs.topk_with_indices(k, 1);
+        let weights = weights.clone() / weights.sum_dim(1);
+
+        // Pairs in expert order; `order[p]` is the flat (token * k + slot) index of pair p.
+        let (sorted_experts, order) = experts.reshape([n * k]).sort_with_indices(0);
+        let counts: Vec<i64> = expert_count(sorted_experts, num_experts).into_data().iter::<i64>().collect();
+        let token_of_pair: Tensor<B, 1, Int> = order.clone().div_scalar(k as i64);
+        let pair_weights = weights.reshape([n * k]).select(0, order).reshape([n * k, 1]);
+        let rows = tokens.select(0, token_of_pair.clone());
+
+        let gate_up = self.experts.gate_up_proj.val();
+        let down = self.experts.down_proj.val();
+        let mut outputs = Vec::new();
+        let mut offset = 0;
+        for (expert, &count) in counts.iter().enumerate() {
+            let count = count as usize;
+            if count == 0 {
+                continue;
+            }
+            let x = rows.clone().narrow(0, offset, count);
+            let w_gate_up = gate_up.clone().narrow(0, expert, 1).reshape([hidden, two_i]);
+            let w_down = down.clone().narrow(0, expert, 1).reshape([intermediate, hidden]);
+            let h = x.matmul(w_gate_up);
+            let h = silu(h.clone().narrow(1, 0, intermediate)) * h.narrow(1, intermediate, intermediate);
+            outputs.push(h.matmul(w_down));
+            offset += count;
+        }
+        let expert_out = Tensor::cat(outputs, 0) * pair_weights;
+        Tensor::zeros([n, hidden], &device).select_assign(0, token_of_pair, expert_out, IndexingUpdateOp::Add)
+    }
+}
