@@ -1,8 +1,85 @@
-//! Helpers shared by the integration tests: fixture paths and tolerance checks.
+//! Helpers shared by the integration tests: fixture paths, the reference tensors written by
+//! `tests/fixtures/generate.py` (transformers 5.23.0), and the tolerance check.
 
 use std::path::PathBuf;
+
+use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
+use safetensors::{Dtype, SafeTensors};
 
 /// Path of a file under `tests/fixtures/`.
 pub fn fixture_path(relative: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(relative)
+}
+
+/// The two reference models.
+pub const MODELS: [&str; 2] = ["dense", "moe"];
+/// Their two checkpoint layouts (spec §11).
+pub const LAYOUTS: [&str; 2] = ["save_pretrained", "hf_layout"];
+/// The runs of every reference: single sequences crossing 0, 1 and 2 chunk boundaries, a batch.
+pub const RUNS: [&str; 5] = ["len1", "len7", "len64", "len130", "batch2"];
+
+/// `reference.safetensors` of one model: inputs and outputs of transformers' forward.
+pub struct Reference {
+    bytes: Vec<u8>,
+}
+
+impl Reference {
+    pub fn open(model: &str) -> Self {
+        let path = fixture_path(&format!("{model}/reference.safetensors"));
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+        Self { bytes }
+    }
+
+    fn tensors(&self) -> SafeTensors<'_> {
+        SafeTensors::deserialize(&self.bytes).expect("reference file is valid safetensors")
+    }
+
+    /// Whether the reference has a tensor of this name.
+    pub fn has(&self, name: &str) -> bool {
+        self.tensors().names().iter().any(|n| *n == name)
+    }
+
+    /// An f32 tensor: values and shape.
+    pub fn f32(&self, name: &str) -> (Vec<f32>, Vec<usize>) {
+        let tensors = self.tensors();
+        let view = tensors.tensor(name).unwrap_or_else(|_| panic!("reference has no tensor `{name}`"));
+        assert_eq!(view.dtype(), Dtype::F32, "{name}");
+        let values = view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        (values, view.shape().to_vec())
+    }
+
+    /// The token ids `[batch, len]` of a run, as a burn Int tensor.
+    pub fn input_ids<B: Backend>(&self, run: &str, device: &B::Device) -> Tensor<B, 2, Int> {
+        let tensors = self.tensors();
+        let view = tensors.tensor(&format!("{run}.input_ids")).expect("input ids");
+        assert_eq!(view.dtype(), Dtype::I64);
+        let ids: Vec<i64> = view.data().chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap())).collect();
+        let shape = [view.shape()[0], view.shape()[1]];
+        Tensor::from_data(TensorData::new(ids, shape), device)
+    }
+}
+
+/// Compares `actual` with the reference tensor `name`: same shape and
+/// `max |actual - reference| <= tolerance * max(1, max |reference|)`. Returns the achieved
+/// relative error (max abs difference over that scale) so callers can report it.
+pub fn assert_close<B: Backend, const D: usize>(reference: &Reference, name: &str, actual: Tensor<B, D>, tolerance: f32) -> f32 {
+    let (expected, shape) = reference.f32(name);
+    assert_eq!(actual.dims().to_vec(), shape, "{name}: shape");
+    let actual = actual.into_data().convert::<f32>().to_vec::<f32>().unwrap();
+    relative_check(name, &actual, &expected, tolerance)
+}
+
+/// The tolerance check of [`assert_close`] on plain slices.
+pub fn relative_check(name: &str, actual: &[f32], expected: &[f32], tolerance: f32) -> f32 {
+    assert_eq!(actual.len(), expected.len(), "{name}: length");
+    let scale = expected.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+    let mut worst = 0.0f32;
+    for (a, e) in actual.iter().zip(expected) {
+        let diff = (a - e).abs();
+        assert!(!diff.is_nan(), "{name}: NaN (actual {a}, expected {e})");
+        worst = worst.max(diff);
+    }
+    let relative = worst / scale;
+    assert!(relative <= tolerance, "{name}: max abs difference {worst} is {relative:.2e} of the scale {scale}, over {tolerance:.0e}");
+    relative
 }
