@@ -54,7 +54,7 @@ impl Checkpoint {
     /// shard it names.
     pub fn open_index(index_path: &Path) -> Result<Self, LoadError> {
         let text = std::fs::read_to_string(index_path)
-            .map_err(|source| LoadError::Io { path: index_path.to_path_buf(), source })?;
+            .map_err(|cause| LoadError::Io { path: index_path.to_path_buf(), cause })?;
         let index: ShardIndex = serde_json::from_str(&text)
             .map_err(|e| LoadError::Index { path: index_path.to_path_buf(), reason: e.to_string() })?;
         let dir = index_path.parent().unwrap_or(Path::new("."));
@@ -81,10 +81,10 @@ impl Checkpoint {
         let mut shards = Vec::with_capacity(paths.len());
         let mut tensors = HashMap::new();
         for path in paths {
-            let file = File::open(path).map_err(|source| LoadError::Io { path: path.clone(), source })?;
+            let file = File::open(path).map_err(|cause| LoadError::Io { path: path.clone(), cause })?;
             // SAFETY: the map is read-only; as with every mmap-based loader, the file must not be
             // truncated or rewritten by another process while the checkpoint is open.
-            let map = unsafe { Mmap::map(&file) }.map_err(|source| LoadError::Io { path: path.clone(), source })?;
+            let map = unsafe { Mmap::map(&file) }.map_err(|cause| LoadError::Io { path: path.clone(), cause })?;
             let (header_len, metadata) = SafeTensors::read_metadata(&map)
                 .map_err(|e| LoadError::Corrupt { path: path.clone(), reason: e.to_string() })?;
             let shard = shards.len();

@@ -100,9 +100,9 @@ impl Qwen35Config {
     /// Reads and validates `config.json` (flat or composite).
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        let text = std::fs::read_to_string(path).map_err(|cause| ConfigError::Io {
             path: path.to_path_buf(),
-            source,
+            cause,
         })?;
         Self::from_json(&text)
     }

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 /// A `config.json` that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    #[error("cannot read config {path}: {cause}")]
+    Io { path: PathBuf, cause: std::io::Error },
     #[error("config is not valid JSON for a Qwen3.5 text config: {0}")]
     Json(serde_json::Error),
     #[error("config field `{field_path}`: {message}")]
@@ -20,8 +20,8 @@ pub enum ConfigError {
 pub enum LoadError {
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("cannot read {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    #[error("cannot read {path}: {cause}")]
+    Io { path: PathBuf, cause: std::io::Error },
     #[error("{path} is not a valid safetensors file (truncated or corrupt?): {reason}")]
     Corrupt { path: PathBuf, reason: String },
     #[error("invalid shard index {path}: {reason}")]
