@@ -1,1 +1,63 @@
-fn main(){}
+//! `cargo xtask`: project chores that are not plain cargo commands.
+//!
+//! - `fixtures`: regenerate the transformers reference fixtures under `tests/fixtures/` (needs
+//!   Python 3 and network access to PyPI; creates a virtual environment in `target/`).
+//! - `bench`: run the benchmarks.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "xtask")]
+struct Cli {
+    #[command(subcommand)]
+    command: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Regenerate tests/fixtures/{dense,moe} with transformers (pinned in tests/fixtures/requirements.txt).
+    Fixtures {
+        /// Python interpreter used to create the virtual environment.
+        #[arg(long, default_value = "python3")]
+        python: String,
+    },
+    /// Run the criterion benchmarks (forward of a 2B-shaped stack at 64 and 512 tokens).
+    Bench,
+}
+
+fn main() -> anyhow::Result<()> {
+    let root = workspace_root();
+    match Cli::parse().command {
+        Task::Fixtures { python } => {
+            let venv = root.join("target/fixtures-venv");
+            if !venv.join("bin/python").exists() {
+                run(Command::new(&python).args(["-m", "venv"]).arg(&venv))?;
+            }
+            let venv_python = venv.join("bin/python");
+            run(Command::new(&venv_python)
+                .args(["-m", "pip", "install", "--quiet", "-r"])
+                .arg(root.join("tests/fixtures/requirements.txt")))?;
+            run(Command::new(&venv_python)
+                .arg(root.join("tests/fixtures/generate.py"))
+                .arg("--out")
+                .arg(root.join("tests/fixtures")))
+        }
+        Task::Bench => run(Command::new(env!("CARGO")).current_dir(&root).args(["bench", "-p", "qwen35", "--bench", "forward"])),
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+}
+
+fn run(command: &mut Command) -> anyhow::Result<()> {
+    let status = command.status().with_context(|| format!("starting {command:?}"))?;
+    if !status.success() {
+        bail!("{command:?} failed with {status}");
+    }
+    Ok(())
+}
