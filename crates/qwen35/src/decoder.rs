@@ -1,17 +1,59 @@
 //! One decoder layer (spec §3): pre-norm residual blocks around a token mixer (Gated DeltaNet or
 //! gated attention) and a feed-forward (dense SwiGLU or sparse MoE).
 
+use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{Tensor, backend::Backend};
 use decider_ops::DeciderOps;
 
-use crate::attention::GatedAttention;
+use crate::attention::{GatedAttention, GatedAttentionConfig};
 use crate::cache::LayerState;
-use crate::delta_net::GatedDeltaNet;
-use crate::mlp::Mlp;
-use crate::moe::SparseMoe;
-use crate::norm::RmsNorm;
+use crate::delta_net::{GatedDeltaNet, GatedDeltaNetConfig};
+use crate::mlp::{Mlp, MlpConfig};
+use crate::moe::{SparseMoe, SparseMoeConfig};
+use crate::norm::{RmsNorm, RmsNormConfig};
 use crate::rope::RotaryEmbedding;
+
+/// Which mixer a layer has, with its configuration.
+#[derive(Config, Debug)]
+pub enum TokenMixerConfig {
+    LinearAttn(GatedDeltaNetConfig),
+    SelfAttn(GatedAttentionConfig),
+}
+
+/// Which feed-forward a layer has, with its configuration.
+#[derive(Config, Debug)]
+pub enum FeedForwardConfig {
+    Dense(MlpConfig),
+    Sparse(SparseMoeConfig),
+}
+
+#[derive(Config, Debug)]
+pub struct DecoderLayerConfig {
+    pub hidden_size: usize,
+    pub mixer: TokenMixerConfig,
+    pub mlp: FeedForwardConfig,
+    #[config(default = 1e-6)]
+    pub rms_norm_eps: f64,
+}
+
+impl DecoderLayerConfig {
+    pub fn init<B: Backend>(&self, device: &B::Device) -> DecoderLayer<B> {
+        let norm = RmsNormConfig::new(self.hidden_size).with_eps(self.rms_norm_eps);
+        DecoderLayer {
+            input_layernorm: norm.init(device),
+            mixer: match &self.mixer {
+                TokenMixerConfig::LinearAttn(config) => TokenMixer::LinearAttn(config.init(device)),
+                TokenMixerConfig::SelfAttn(config) => TokenMixer::SelfAttn(config.init(device)),
+            },
+            post_attention_layernorm: norm.init(device),
+            mlp: match &self.mlp {
+                FeedForwardConfig::Dense(config) => FeedForward::Dense(config.init(device)),
+                FeedForwardConfig::Sparse(config) => FeedForward::Sparse(config.init(device)),
+            },
+        }
+    }
+}
 
 /// The mixer of a layer, named like the checkpoint's module.
 #[derive(Module, Debug)]

@@ -134,10 +134,11 @@ fn prepare_query_key<B: Backend>(q: Tensor<B, 4>, k: Tensor<B, 4>, value_heads: 
     (q, l2_normalize(repeat(k)))
 }
 
-/// `x * rsqrt(sum(x^2, last) + 1e-6)`, as FLA and transformers do.
+/// `x * rsqrt(sum(x^2, last) + 1e-6)`, as FLA and transformers do (a division, not `recip`,
+/// which is approximate on some backends).
 fn l2_normalize<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 4> {
     let sum_square = x.clone().powi_scalar(2).sum_dim(3);
-    x * sum_square.add_scalar(1e-6).sqrt().recip()
+    x / sum_square.add_scalar(1e-6).sqrt()
 }
 
 /// `[c, c]`: 0 on and below the diagonal, `-inf` above.

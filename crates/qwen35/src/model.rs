@@ -8,7 +8,7 @@ use decider_ops::DeciderOps;
 use crate::attention::GatedAttentionConfig;
 use crate::cache::ModelCache;
 use crate::config::{LayerType, Qwen35Config};
-use crate::decoder::{DecoderLayer, FeedForward, RopeTables, TokenMixer};
+use crate::decoder::{DecoderLayer, DecoderLayerConfig, FeedForwardConfig, RopeTables, TokenMixerConfig};
 use crate::delta_net::GatedDeltaNetConfig;
 use crate::mlp::MlpConfig;
 use crate::moe::SparseMoeConfig;
@@ -48,56 +48,50 @@ pub struct LayerTrace<B: Backend> {
 }
 
 impl Qwen35Config {
+    /// The configuration of decoder layer `index`.
+    pub fn layer_config(&self, index: usize) -> DecoderLayerConfig {
+        let h = self.hidden_size;
+        let mixer = match self.layer_types[index] {
+            LayerType::LinearAttention => TokenMixerConfig::LinearAttn(
+                GatedDeltaNetConfig::new(
+                    h,
+                    self.linear_num_key_heads,
+                    self.linear_num_value_heads,
+                    self.linear_key_head_dim,
+                    self.linear_value_head_dim,
+                    self.linear_conv_kernel_dim,
+                )
+                .with_rms_norm_eps(self.rms_norm_eps),
+            ),
+            LayerType::FullAttention => TokenMixerConfig::SelfAttn(
+                GatedAttentionConfig::new(h, self.num_attention_heads, self.num_key_value_heads, self.head_dim)
+                    .with_rms_norm_eps(self.rms_norm_eps),
+            ),
+        };
+        let mlp = match &self.moe {
+            Some(moe) => FeedForwardConfig::Sparse(SparseMoeConfig::new(
+                h,
+                moe.num_experts,
+                moe.num_experts_per_tok,
+                moe.moe_intermediate_size,
+                moe.shared_expert_intermediate_size,
+            )),
+            None => FeedForwardConfig::Dense(MlpConfig::new(
+                h,
+                self.intermediate_size.expect("dense configs have intermediate_size"),
+            )),
+        };
+        DecoderLayerConfig::new(h, mixer, mlp).with_rms_norm_eps(self.rms_norm_eps)
+    }
+
     /// A model with freshly initialised (random) weights, e.g. for benchmarks and training.
+    /// Parameters are initialised lazily: shapes are known at once, memory is taken on first use.
     pub fn init<B: Backend>(&self, device: &B::Device) -> Qwen35Model<B> {
         let h = self.hidden_size;
-        let norm = RmsNormConfig::new(h).with_eps(self.rms_norm_eps);
-        let layers = self
-            .layer_types
-            .iter()
-            .map(|kind| DecoderLayer {
-                input_layernorm: norm.init(device),
-                mixer: match kind {
-                    LayerType::LinearAttention => TokenMixer::LinearAttn(
-                        GatedDeltaNetConfig::new(
-                            h,
-                            self.linear_num_key_heads,
-                            self.linear_num_value_heads,
-                            self.linear_key_head_dim,
-                            self.linear_value_head_dim,
-                            self.linear_conv_kernel_dim,
-                        )
-                        .with_rms_norm_eps(self.rms_norm_eps)
-                        .init(device),
-                    ),
-                    LayerType::FullAttention => TokenMixer::SelfAttn(
-                        GatedAttentionConfig::new(h, self.num_attention_heads, self.num_key_value_heads, self.head_dim)
-                            .with_rms_norm_eps(self.rms_norm_eps)
-                            .init(device),
-                    ),
-                },
-                post_attention_layernorm: norm.init(device),
-                mlp: match (&self.moe, self.intermediate_size) {
-                    (Some(moe), _) => FeedForward::Sparse(
-                        SparseMoeConfig::new(
-                            h,
-                            moe.num_experts,
-                            moe.num_experts_per_tok,
-                            moe.moe_intermediate_size,
-                            moe.shared_expert_intermediate_size,
-                        )
-                        .init(device),
-                    ),
-                    (None, intermediate) => {
-                        FeedForward::Dense(MlpConfig::new(h, intermediate.unwrap_or(4 * h)).init(device))
-                    }
-                },
-            })
-            .collect();
         Qwen35Model {
             embed_tokens: EmbeddingConfig::new(self.vocab_size, h).init(device),
-            layers,
-            norm: norm.init(device),
+            layers: (0..self.num_hidden_layers).map(|i| self.layer_config(i).init(device)).collect(),
+            norm: RmsNormConfig::new(h).with_eps(self.rms_norm_eps).init(device),
             lm_head: (!self.tie_word_embeddings)
                 .then(|| LinearConfig::new(h, self.vocab_size).with_bias(false).init(device)),
             rotary_dim: self.rotary_dim(),
@@ -121,16 +115,17 @@ impl<B: DeciderOps> Qwen35Model<B> {
 
     /// Final-norm hidden states `[batch, len, hidden]` of `ids` continuing `cache`. A caller that
     /// needs only some logits (a decision reads a few label rows) projects these itself.
+    /// `ids` must be below `vocab_size` and `cache` must come from this model.
     pub fn hidden_states(&self, ids: Tensor<B, 2, Int>, cache: &mut ModelCache<B>) -> Tensor<B, 3> {
-        self.run(ids, cache, None)
+        self.run(self.embed_tokens.forward(ids), cache, None)
     }
 
     /// Every intermediate of a forward over a fresh sequence.
     pub fn trace(&self, ids: Tensor<B, 2, Int>) -> ForwardTrace<B> {
         let mut cache = self.new_cache();
         let mut layers = Vec::with_capacity(self.layers.len());
-        let embeddings = self.embed_tokens.forward(ids.clone());
-        let norm = self.run(ids, &mut cache, Some(&mut layers));
+        let embeddings = self.embed_tokens.forward(ids);
+        let norm = self.run(embeddings.clone(), &mut cache, Some(&mut layers));
         ForwardTrace { embeddings, layers, logits: self.output_head(norm.clone()), norm }
     }
 
@@ -147,9 +142,11 @@ impl<B: DeciderOps> Qwen35Model<B> {
         }
     }
 
-    fn run(&self, ids: Tensor<B, 2, Int>, cache: &mut ModelCache<B>, mut trace: Option<&mut Vec<LayerTrace<B>>>) -> Tensor<B, 3> {
-        let [_, len] = ids.dims();
-        let mut hidden = self.embed_tokens.forward(ids);
+    /// Runs the decoder layers and the final norm over embedded tokens, extending `cache`;
+    /// pushes each layer's outputs to `trace` if given.
+    fn run(&self, embeddings: Tensor<B, 3>, cache: &mut ModelCache<B>, mut trace: Option<&mut Vec<LayerTrace<B>>>) -> Tensor<B, 3> {
+        let [_, len, _] = embeddings.dims();
+        let mut hidden = embeddings;
         let rope = RotaryEmbedding::new(self.rotary_dim, self.rope_theta);
         let (cos, sin) = rope.tables(cache.seq_len, len, &hidden.device());
         let tables = RopeTables { rope: &rope, cos, sin };
