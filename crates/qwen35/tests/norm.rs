@@ -25,7 +25,7 @@ fn assert_close(actual: &[f32], expected: &[f64]) {
 #[test]
 fn zero_centred_norm_scales_by_one_plus_weight() {
     let device = Default::default();
-    let (rows, size) = (8, 256);
+    let (rows, size) = (512, 256); // enough rows for the SIMD paths of CPU backends
     let x = Tensor::<B, 2>::random([rows, size], Distribution::Normal(0.0, 3.0), &device);
     let w = Tensor::<B, 1>::random([size], Distribution::Normal(0.0, 0.3), &device);
     let mut norm = RmsNormConfig::new(size).init::<B>(&device);
@@ -45,7 +45,7 @@ fn zero_centred_norm_scales_by_one_plus_weight() {
 #[test]
 fn gated_norm_uses_the_weight_as_is_and_gates_with_silu() {
     let device = Default::default();
-    let (rows, size) = (8, 128);
+    let (rows, size) = (512, 128);
     let x = Tensor::<B, 2>::random([rows, size], Distribution::Normal(0.0, 3.0), &device);
     let z = Tensor::<B, 2>::random([rows, size], Distribution::Normal(0.0, 2.0), &device);
     let w = Tensor::<B, 1>::random([size], Distribution::Normal(1.0, 0.3), &device);
