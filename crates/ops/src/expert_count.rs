@@ -9,30 +9,11 @@ pub trait ExpertCount: Backend {
     /// dropped (expert-parallel sentinels), as `torch.histc(ids, bins = E, min = 0, max = E - 1)`
     /// does.
     fn expert_count(ids: IntTensor<Self>, num_experts: usize) -> IntTensor<Self> {
-        generic_expert_count::<Self>(Tensor::from_primitive(ids), num_experts).into_primitive()
+        crate::generic::expert_count::<Self>(Tensor::from_primitive(ids), num_experts).into_primitive()
     }
 }
 
 /// `[N]` expert ids -> `[num_experts]` counts, dropping ids outside `0..num_experts`.
 pub fn expert_count<B: ExpertCount>(ids: Tensor<B, 1, Int>, num_experts: usize) -> Tensor<B, 1, Int> {
     Tensor::from_primitive(B::expert_count(ids.into_primitive(), num_experts))
-}
-
-/// The generic count: a scatter-add of ones into `E + 1` bins, where bin `E` collects the
-/// out-of-range ids and is then cut off.
-pub(crate) fn generic_expert_count<B: Backend>(
-    ids: Tensor<B, 1, Int>,
-    num_experts: usize,
-) -> Tensor<B, 1, Int> {
-    let device = ids.device();
-    let sentinel = num_experts as i64;
-    let out_of_range = ids
-        .clone()
-        .greater_equal_elem(sentinel)
-        .bool_or(ids.clone().lower_elem(0));
-    let ids = ids.mask_fill(out_of_range, sentinel);
-    let ones = ids.ones_like();
-    Tensor::<B, 1, Int>::zeros([num_experts + 1], &device)
-        .scatter(0, ids, ones, burn::tensor::IndexingUpdateOp::Add)
-        .slice(0..num_experts)
 }

@@ -20,7 +20,11 @@
 //! ```
 
 mod backends;
+#[cfg(feature = "cpu-kernels")]
+pub mod cpu;
 mod expert_count;
+pub mod generic;
+pub mod reference;
 mod unit_lower_inverse;
 
 pub use expert_count::{ExpertCount, expert_count};
