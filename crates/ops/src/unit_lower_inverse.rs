@@ -25,6 +25,11 @@ pub fn unit_lower_inverse<B: UnitLowerInverse, const D: usize>(a: Tensor<B, D>) 
     let dims = a.dims();
     let (n, m) = (dims[D - 2], dims[D - 1]);
     assert_eq!(n, m, "unit_lower_inverse needs square matrices, got {n}x{m}");
+    if D == 3 {
+        // The op's own shape: no reshape, which copies on some backends (ndarray).
+        let x = B::unit_lower_inverse(a.into_primitive().tensor());
+        return Tensor::from_primitive(TensorPrimitive::Float(x));
+    }
     let batch: usize = dims[..D - 2].iter().product();
     let a = a.reshape([batch, n, n]);
     let x = B::unit_lower_inverse(a.into_primitive().tensor());

@@ -1,20 +1,35 @@
-//! ndarray: the plain-Rust kernels of [`crate::cpu`] on the tensor's host data.
+//! ndarray: the plain-Rust kernels of [`crate::cpu`], run directly on the tensors' arrays.
 
 use burn::backend::NdArray;
 use burn::backend::ndarray::{FloatNdArrayElement, IntNdArrayElement, NdArrayTensor, QuantElement, SharedArray};
 use burn::tensor::ops::{FloatTensor, IntTensor};
-use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{Int, Shape, Tensor, TensorData, TensorMetadata, TensorPrimitive};
 
 use crate::{ExpertCount, UnitLowerInverse, cpu, generic};
+
+/// Calls `f` on the contiguous values of an ndarray storage (copied only if not in standard
+/// layout). Going through `TensorData` instead copies element by element whenever the array is
+/// shared, which cost more than the kernels themselves.
+macro_rules! with_slice {
+    ($storage:expr, |$slice:ident| $body:expr) => {{
+        let view = $storage.view();
+        let standard = view.as_standard_layout();
+        let $slice = standard.as_slice().expect("standard layout is contiguous");
+        $body
+    }};
+}
 
 impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> ExpertCount for NdArray<E, I, Q>
 where
     NdArrayTensor: From<SharedArray<E>> + From<SharedArray<I>>,
 {
     fn expert_count(ids: IntTensor<Self>, num_experts: usize) -> IntTensor<Self> {
-        let ids = Tensor::<Self, 1, Int>::from_primitive(ids);
-        let device = ids.device();
-        let counts = cpu::expert_count(ids.into_data().iter::<i64>(), num_experts);
+        let counts = match &ids {
+            NdArrayTensor::I64(s) => with_slice!(s, |ids| cpu::expert_count(ids.iter().copied(), num_experts)),
+            NdArrayTensor::I32(s) => with_slice!(s, |ids| cpu::expert_count(ids.iter().map(|&id| id as i64), num_experts)),
+            _ => return generic::expert_count(Tensor::<Self, 1, Int>::from_primitive(ids), num_experts).into_primitive(),
+        };
+        let device = Default::default();
         Tensor::<Self, 1, Int>::from_data(TensorData::new(counts, [num_experts]).convert::<I>(), &device).into_primitive()
     }
 }
@@ -24,15 +39,16 @@ where
     NdArrayTensor: From<SharedArray<E>> + From<SharedArray<I>>,
 {
     fn unit_lower_inverse(a: FloatTensor<Self>) -> FloatTensor<Self> {
-        let a = Tensor::<Self, 3>::from_primitive(TensorPrimitive::Float(a));
-        let (shape, device) = (a.dims(), a.device());
+        let shape: Shape = a.shape();
         let n = shape[2];
-        let data = a.into_data();
-        let inverse = match data.dtype {
-            DType::F32 => TensorData::new(cpu::unit_lower_inverse(data.as_slice::<f32>().expect("f32 data"), n), shape),
-            DType::F64 => TensorData::new(cpu::unit_lower_inverse(data.as_slice::<f64>().expect("f64 data"), n), shape),
-            _ => return generic::unit_lower_inverse(Tensor::<Self, 3>::from_data(data, &device)).into_primitive().tensor(),
+        let inverse = match &a {
+            NdArrayTensor::F32(s) => with_slice!(s, |a| TensorData::new(cpu::unit_lower_inverse(a, n), shape)),
+            NdArrayTensor::F64(s) => with_slice!(s, |a| TensorData::new(cpu::unit_lower_inverse(a, n), shape)),
+            _ => {
+                let a = Tensor::<Self, 3>::from_primitive(TensorPrimitive::Float(a));
+                return generic::unit_lower_inverse(a).into_primitive().tensor();
+            }
         };
-        Tensor::<Self, 3>::from_data(inverse, &device).into_primitive().tensor()
+        Tensor::<Self, 3>::from_data(inverse, &Default::default()).into_primitive().tensor()
     }
 }
