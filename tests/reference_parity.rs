@@ -1,26 +1,25 @@
 //! Logits and every layer's output equal transformers 5.23.0 on the random-weight reference
-//! models (real head dims, small widths), for both models, both checkpoint layouts, every run.
+//! models (real head dims, small widths), for both models, both checkpoint layouts and every run,
+//! on every backend compiled in (backend parity: each is held to the same reference).
 //! Tolerance: `1e-4 * max(1, max |reference|)` per tensor.
+#![allow(deprecated)] // burn-candle is deprecated upstream from 0.21; still a supported backend here.
 
-use burn::backend::NdArray;
+use decider_ops::DeciderOps;
 use integration_tests::{LAYOUTS, MODELS, RUNS, Reference, assert_close, fixture_path};
 
-type B = NdArray;
 const TOLERANCE: f32 = 1e-4;
 
-fn check(model_name: &str, layout: &str) {
+fn check<B: DeciderOps>(backend: &str, model_name: &str, layout: &str) {
     let device = Default::default();
     let (config, model) = qwen35::load_model::<B>(fixture_path(&format!("{model_name}/{layout}")), &device)
         .unwrap_or_else(|e| panic!("{model_name}/{layout}: {e}"));
     let reference = Reference::open(model_name);
     for run in RUNS {
         let trace = model.trace(reference.input_ids(run, &device));
-        let mut worst = ("", 0.0f32);
+        let mut worst = 0.0f32;
         let mut check = |name: String, tensor| {
             let error = assert_close(&reference, &format!("{run}.{name}"), tensor, TOLERANCE);
-            if error >= worst.1 {
-                worst = (if name == "logits" { "logits" } else { "layer" }, error);
-            }
+            worst = worst.max(error);
             error
         };
         check("embeddings".into(), trace.embeddings);
@@ -31,26 +30,46 @@ fn check(model_name: &str, layout: &str) {
         }
         check("norm".into(), trace.norm);
         let logits = check("logits".into(), trace.logits);
-        println!("{model_name:5} {layout:15} {run:6} layers {}: worst {:.1e}, logits {logits:.1e}", config.num_hidden_layers, worst.1);
+        println!(
+            "{backend:7} {model_name:5} {layout:15} {run:6} layers {}: worst {worst:.1e}, logits {logits:.1e}",
+            config.num_hidden_layers
+        );
     }
 }
 
-#[test]
-fn dense_save_pretrained_matches_transformers() {
-    check(MODELS[0], LAYOUTS[0]);
+macro_rules! backend_parity {
+    ($name:ident, $backend:ty) => {
+        mod $name {
+            use super::*;
+            type B = $backend;
+            const NAME: &str = stringify!($name);
+
+            #[test]
+            fn dense_save_pretrained_matches_transformers() {
+                check::<B>(NAME, MODELS[0], LAYOUTS[0]);
+            }
+
+            #[test]
+            fn dense_hf_layout_matches_transformers() {
+                check::<B>(NAME, MODELS[0], LAYOUTS[1]);
+            }
+
+            #[test]
+            fn moe_save_pretrained_matches_transformers() {
+                check::<B>(NAME, MODELS[1], LAYOUTS[0]);
+            }
+
+            #[test]
+            fn moe_hf_layout_matches_transformers() {
+                check::<B>(NAME, MODELS[1], LAYOUTS[1]);
+            }
+        }
+    };
 }
 
-#[test]
-fn dense_hf_layout_matches_transformers() {
-    check(MODELS[0], LAYOUTS[1]);
-}
-
-#[test]
-fn moe_save_pretrained_matches_transformers() {
-    check(MODELS[1], LAYOUTS[0]);
-}
-
-#[test]
-fn moe_hf_layout_matches_transformers() {
-    check(MODELS[1], LAYOUTS[1]);
-}
+#[cfg(feature = "ndarray")]
+backend_parity!(ndarray, burn::backend::NdArray);
+#[cfg(feature = "candle")]
+backend_parity!(candle, burn::backend::Candle);
+#[cfg(feature = "wgpu")]
+backend_parity!(wgpu, burn::backend::Wgpu);

@@ -25,7 +25,8 @@ enum Task {
         #[arg(long, default_value = "python3")]
         python: String,
     },
-    /// Run the criterion benchmarks (forward of a 2B-shaped stack at 64 and 512 tokens).
+    /// Run the criterion benchmarks: the 2B-shaped forward, the two special ops (specialised vs
+    /// generic vs naive) and the chunked delta rule, on every backend of this platform.
     Bench,
 }
 
@@ -46,7 +47,16 @@ fn main() -> anyhow::Result<()> {
                 .arg("--out")
                 .arg(root.join("tests/fixtures")))
         }
-        Task::Bench => run(Command::new(env!("CARGO")).current_dir(&root).args(["bench", "-p", "qwen35", "--bench", "forward"])),
+        Task::Bench => {
+            let cargo = || {
+                let mut command = Command::new(env!("CARGO"));
+                command.current_dir(&root);
+                command
+            };
+            run(cargo().args(["bench", "-p", "qwen35", "--bench", "forward"]))?;
+            run(cargo().args(["bench", "-p", "decider-ops", "--bench", "ops", "--features", "candle,wgpu"]))?;
+            run(cargo().args(["bench", "-p", "integration-tests", "--bench", "delta_rule", "--features", "candle,wgpu"]))
+        }
     }
 }
 

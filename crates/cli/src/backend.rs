@@ -13,6 +13,13 @@ pub enum BackendName {
     /// Pure-Rust CPU backend (feature `ndarray`, the default).
     #[cfg(feature = "ndarray")]
     Ndarray,
+    /// candle's CPU backend (feature `candle`).
+    #[cfg(feature = "candle")]
+    Candle,
+    /// WebGPU through wgpu on the default adapter: Vulkan, Metal or DX12 (feature `wgpu`; `vulkan`
+    /// and `metal` compile shaders to SPIR-V / MSL instead of WGSL).
+    #[cfg(feature = "wgpu")]
+    Wgpu,
 }
 
 impl BackendName {
@@ -44,5 +51,10 @@ pub fn dispatch<T: GenericTask>(name: BackendName, task: T) -> anyhow::Result<()
     match name {
         #[cfg(feature = "ndarray")]
         BackendName::Ndarray => task.run::<burn::backend::NdArray>(&Default::default()),
+        #[cfg(feature = "candle")]
+        #[allow(deprecated)] // burn-candle is deprecated upstream from 0.21; still supported here.
+        BackendName::Candle => task.run::<burn::backend::Candle>(&Default::default()),
+        #[cfg(feature = "wgpu")]
+        BackendName::Wgpu => task.run::<burn::backend::Wgpu>(&Default::default()),
     }
 }

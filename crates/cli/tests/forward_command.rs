@@ -11,30 +11,51 @@ fn decider() -> Command {
     command
 }
 
+/// The backends of this build, as `decider backends` lists them.
+fn backends() -> Vec<String> {
+    let output = decider().arg("backends").output().unwrap();
+    assert!(output.status.success());
+    String::from_utf8(output.stdout).unwrap().lines().map(str::to_owned).collect()
+}
+
+/// Runs `decider forward` on `backend` and returns the logits it wrote, checking the shape.
+fn forward(backend: &str, ids: &str, out: &std::path::Path) -> Vec<f32> {
+    let output = decider()
+        .args(["forward", "--model"])
+        .arg(fixture_path("moe/hf_layout"))
+        .args(["--ids", ids, "--backend", backend, "--out"])
+        .arg(out)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{backend}: {}", String::from_utf8_lossy(&output.stderr));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("loaded") && stdout.contains("tokens/s"), "prints load and forward times: {stdout}");
+    let bytes = std::fs::read(out).unwrap();
+    let npy = npyz::NpyFile::new(&bytes[..]).unwrap();
+    assert_eq!(npy.shape(), &[7, 256]);
+    npy.into_vec().unwrap()
+}
+
 #[test]
-fn forward_writes_the_reference_logits() {
+fn forward_writes_the_reference_logits_on_every_backend() {
     let reference = Reference::open("moe");
     let ids = reference.input_ids::<burn::backend::NdArray>("len7", &Default::default());
     let ids: Vec<String> = ids.into_data().iter::<i64>().map(|id| id.to_string()).collect();
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("logits.npy");
-    let status = decider()
-        .args(["forward", "--model"])
-        .arg(fixture_path("moe/hf_layout"))
-        .args(["--ids", &ids.join(","), "--backend", "ndarray", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
-    let stdout = String::from_utf8_lossy(&status.stdout);
-    assert!(stdout.contains("loaded") && stdout.contains("tokens/s"), "prints load and forward times: {stdout}");
-
-    let bytes = std::fs::read(&out).unwrap();
-    let npy = npyz::NpyFile::new(&bytes[..]).unwrap();
-    assert_eq!(npy.shape(), &[7, 256]);
-    let logits: Vec<f32> = npy.into_vec().unwrap();
     let (expected, _) = reference.f32("len7.logits");
-    relative_check("decider forward logits", &logits, &expected, 1e-4);
+    let dir = tempfile::tempdir().unwrap();
+    let backends = backends();
+    assert!(backends.contains(&"ndarray".to_owned()), "{backends:?}");
+    let mut files = Vec::new();
+    for backend in &backends {
+        let logits = forward(backend, &ids.join(","), &dir.path().join(format!("{backend}.npy")));
+        relative_check(&format!("decider forward --backend {backend}"), &logits, &expected, 1e-4);
+        files.push((backend, logits));
+    }
+    // The same file on every backend (to f32 rounding of different kernels).
+    let (first, first_logits) = &files[0];
+    for (backend, logits) in &files[1..] {
+        relative_check(&format!("{backend} vs {first}"), logits, first_logits, 1e-4);
+    }
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! 944 into 256 and 65,536 into 256; inverses of 32 heads x 10 chunks and 32 x 64 chunks of
 //! 64x64 systems built like the delta rule's (entries near 1).
 //!
-//! Run: `cargo bench -p decider-ops --bench ops [--features candle,wgpu]`. Each group measures the
+//! Run: `cargo bench -p decider-ops --bench ops --features candle,wgpu` (or `cargo xtask bench`). Each group measures the
 //! three implementations in the same run, so the ratios are what to read.
 
 use burn::tensor::backend::Backend;
@@ -78,9 +78,14 @@ fn bench_backend<B: DeciderOps>(c: &mut Criterion, backend: &str) {
     group.finish();
 }
 
+#[allow(deprecated)] // burn-candle is deprecated upstream from 0.21; still a supported backend here.
 fn benches(c: &mut Criterion) {
     #[cfg(feature = "ndarray")]
     bench_backend::<burn::backend::NdArray>(c, "ndarray");
+    #[cfg(feature = "candle")]
+    bench_backend::<burn::backend::Candle>(c, "candle");
+    #[cfg(feature = "wgpu")]
+    bench_backend::<burn::backend::Wgpu>(c, "wgpu");
 }
 
 criterion_group!(ops, benches);

@@ -3,23 +3,27 @@
 
 use burn::tensor::{Int, Tensor, backend::Backend};
 
-/// The generic count: a scatter-add of ones into `E + 1` bins, where bin `E` collects the
-/// out-of-range ids and is then cut off.
-pub fn expert_count<B: Backend>(
-    ids: Tensor<B, 1, Int>,
-    num_experts: usize,
-) -> Tensor<B, 1, Int> {
+/// The generic count: each id compared with every expert index, summed over the ids, a chunk of
+/// ids at a time so memory stays bounded (`CHUNK x E`). Ids outside `0..E` match no index.
+///
+/// The natural scatter-add form is not used: burn-wgpu 0.21's scatter-add (and `select_assign`
+/// with `Add`) loses an update on 65,536 ids into 256 bins, which the kernel tests caught.
+pub fn expert_count<B: Backend>(ids: Tensor<B, 1, Int>, num_experts: usize) -> Tensor<B, 1, Int> {
+    const CHUNK: usize = 4096;
     let device = ids.device();
-    let sentinel = num_experts as i64;
-    let out_of_range = ids
-        .clone()
-        .greater_equal_elem(sentinel)
-        .bool_or(ids.clone().lower_elem(0));
-    let ids = ids.mask_fill(out_of_range, sentinel);
-    let ones = ids.ones_like();
-    Tensor::<B, 1, Int>::zeros([num_experts + 1], &device)
-        .scatter(0, ids, ones, burn::tensor::IndexingUpdateOp::Add)
-        .slice(0..num_experts)
+    let [n] = ids.dims();
+    let mut counts = Tensor::<B, 1, Int>::zeros([num_experts], &device);
+    if num_experts == 0 {
+        return counts;
+    }
+    let experts = Tensor::<B, 1, Int>::arange(0..num_experts as i64, &device).unsqueeze::<2>(); // [1, E]
+    for start in (0..n).step_by(CHUNK) {
+        let len = CHUNK.min(n - start);
+        let chunk = ids.clone().narrow(0, start, len).unsqueeze_dim::<2>(1).expand([len, num_experts]);
+        let matches = chunk.equal(experts.clone().expand([len, num_experts])).int();
+        counts = counts + matches.sum_dim(0).squeeze_dim::<1>(0);
+    }
+    counts
 }
 
 /// Block-doubling inverse in batched matmuls.

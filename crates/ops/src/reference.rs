@@ -14,15 +14,24 @@ pub fn expert_count_per_bin<B: Backend>(ids: Tensor<B, 1, Int>, num_experts: usi
     Tensor::cat(counts, 0)
 }
 
-/// Row `i` of `X` from rows `0..i`: `X[i, :i] = -A[i, :i] X[:i, :i]`, one row at a time, for a
-/// batch `[batch, n, n]`.
+/// Row `i` of `X` from rows `0..i`: `X[i, ..] = e_i - A[i, :i] X[:i, ..]`, one row at a time,
+/// for a batch `[batch, n, n]` (rows are concatenated, not assigned in place).
 pub fn unit_lower_inverse_by_rows<B: Backend>(a: Tensor<B, 3>) -> Tensor<B, 3> {
     let [batch, n, _] = a.dims();
-    let mut x = Tensor::<B, 2>::eye(n, &a.device()).unsqueeze::<3>().repeat_dim(0, batch);
-    for i in 1..n {
-        let row = a.clone().slice([0..batch, i..i + 1, 0..i]);
-        let block = x.clone().slice([0..batch, 0..i, 0..i]);
-        x = x.slice_assign([0..batch, i..i + 1, 0..i], row.matmul(block).neg());
+    let identity = Tensor::<B, 2>::eye(n, &a.device()).unsqueeze::<3>().repeat_dim(0, batch);
+    let mut rows = Vec::with_capacity(n);
+    for i in 0..n {
+        let unit = identity.clone().slice([0..batch, i..i + 1, 0..n]);
+        let row = if i == 0 {
+            unit
+        } else {
+            let done = Tensor::cat(rows.clone(), 1); // [batch, i, n]
+            unit - a.clone().slice([0..batch, i..i + 1, 0..i]).matmul(done)
+        };
+        rows.push(row);
     }
-    x
+    if rows.is_empty() {
+        return Tensor::zeros([batch, 0, 0], &a.device());
+    }
+    Tensor::cat(rows, 1)
 }

@@ -1,3 +1,4 @@
+#![allow(deprecated)] // burn-candle is deprecated upstream from burn 0.21; still a supported backend here.
 //! Every backend's kernels (specialised where the backend has one) against the generic tensor-op
 //! implementations, the naive tensor-op baselines and plain reference loops, on random inputs and
 //! edge cases. Each backend compiled in gets the same suite.
@@ -100,15 +101,20 @@ fn inverse_cases() -> Vec<(&'static str, usize, Vec<Vec<f32>>, f64)> {
     cases
 }
 
-fn check_inverses<B: DeciderOps>(device: &B::Device) {
+/// `with_by_rows`: also hold the naive per-row tensor-op baseline to the loops. It is off on
+/// wgpu, where burn-wgpu 0.21 computes that chain of small ops wrongly from row 32 on (an
+/// upstream bug this suite found; the kernel and the generic implementation are right there).
+fn check_inverses<B: DeciderOps>(device: &B::Device, with_by_rows: bool) {
     for (case, n, matrices, tolerance) in inverse_cases() {
         let flat: Vec<f32> = matrices.iter().flatten().copied().collect();
         let a = Tensor::<B, 3>::from_data(TensorData::new(flat, [matrices.len(), n, n]), device);
-        let implementations = [
+        let mut implementations = vec![
             ("kernel", unit_lower_inverse(a.clone())),
             ("generic", generic::unit_lower_inverse(a.clone())),
-            ("by rows", reference::unit_lower_inverse_by_rows(a.clone())),
         ];
+        if with_by_rows {
+            implementations.push(("by rows", reference::unit_lower_inverse_by_rows(a.clone())));
+        }
         for (name, x) in implementations {
             let x: Vec<f32> = x.into_data().convert::<f32>().to_vec().unwrap();
             for (b, m) in matrices.iter().enumerate() {
@@ -143,7 +149,7 @@ fn check_empty_batch<B: DeciderOps>(device: &B::Device) {
 }
 
 macro_rules! backend_suite {
-    ($name:ident, $backend:ty) => {
+    ($name:ident, $backend:ty, with_by_rows: $by_rows:expr) => {
         mod $name {
             use super::*;
             type B = $backend;
@@ -155,7 +161,7 @@ macro_rules! backend_suite {
 
             #[test]
             fn inverse_matches_forward_substitution() {
-                check_inverses::<B>(&Default::default());
+                check_inverses::<B>(&Default::default(), $by_rows);
             }
 
             #[test]
@@ -172,6 +178,12 @@ macro_rules! backend_suite {
 }
 
 #[cfg(feature = "ndarray")]
-backend_suite!(ndarray, burn::backend::NdArray);
+backend_suite!(ndarray, burn::backend::NdArray, with_by_rows: true);
 #[cfg(all(feature = "ndarray", feature = "autodiff"))]
-backend_suite!(autodiff_ndarray, burn::backend::Autodiff<burn::backend::NdArray>);
+backend_suite!(autodiff_ndarray, burn::backend::Autodiff<burn::backend::NdArray>, with_by_rows: true);
+#[cfg(feature = "candle")]
+backend_suite!(candle, burn::backend::Candle, with_by_rows: true);
+#[cfg(feature = "wgpu")]
+backend_suite!(wgpu, burn::backend::Wgpu, with_by_rows: false);
+#[cfg(feature = "wgpu")]
+backend_suite!(autodiff_wgpu, burn::backend::Autodiff<burn::backend::Wgpu>, with_by_rows: false);

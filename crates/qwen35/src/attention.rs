@@ -107,11 +107,13 @@ impl<B: Backend> GatedAttention<B> {
 }
 
 /// Additive mask `[len, total]`: query `i` (position `total - len + i`) sees keys up to its own
-/// position; later keys get `-inf`.
+/// position; later keys get a large negative bias whose softmax weight is exactly 0 in f32 (a
+/// finite value, since GPU shading languages do not guarantee infinities).
 fn causal_mask<B: Backend>(len: usize, total: usize, device: &B::Device) -> Tensor<B, 2> {
+    const MASKED: f32 = -1e30;
     let past = total - len;
     let values: Vec<f32> = (0..len)
-        .flat_map(|i| (0..total).map(move |j| if j <= past + i { 0.0 } else { f32::NEG_INFINITY }))
+        .flat_map(|i| (0..total).map(move |j| if j <= past + i { 0.0 } else { MASKED }))
         .collect();
     Tensor::from_data(TensorData::new(values, [len, total]), device)
 }

@@ -16,6 +16,9 @@ use decider_ops::{UnitLowerInverse, unit_lower_inverse};
 pub const CHUNK_SIZE: usize = 64;
 
 /// Chunked form: the prefill path (any length, optional initial state).
+///
+/// Batch and heads are folded into one dimension so every matmul has at most two batch
+/// dimensions (candle's limit).
 pub fn chunked_gated_delta_rule<B: UnitLowerInverse>(
     q: Tensor<B, 4>,
     k: Tensor<B, 4>,
@@ -31,61 +34,59 @@ pub fn chunked_gated_delta_rule<B: UnitLowerInverse>(
     let c = CHUNK_SIZE;
     let chunks = len.div_ceil(c).max(1);
     let padded = chunks * c;
+    let bh = batch * heads;
 
-    // [batch, heads, len, .], right-padded with zeros: beta = 0 writes nothing, g = 0 keeps S.
-    let to_chunks = |x: Tensor<B, 4>, width: usize| -> Tensor<B, 5> {
-        let x = x.swap_dims(1, 2);
-        let x = if padded == len {
-            x
-        } else {
-            Tensor::cat(vec![x, Tensor::zeros([batch, heads, padded - len, width], &device)], 2)
-        };
-        x.reshape([batch, heads, chunks, c, width])
+    // [batch * heads, chunks, C, .], right-padded with zeros: beta = 0 writes nothing and
+    // g = 0 keeps the state.
+    let to_chunks = |x: Tensor<B, 3>, width: usize| -> Tensor<B, 4> {
+        let x = if padded == len { x } else { Tensor::cat(vec![x, Tensor::zeros([bh, padded - len, width], &device)], 1) };
+        x.reshape([bh, chunks, c, width])
     };
-    let to_chunks_1 = |x: Tensor<B, 3>| -> Tensor<B, 4> {
-        let x = x.swap_dims(1, 2);
-        let x = if padded == len {
-            x
-        } else {
-            Tensor::cat(vec![x, Tensor::zeros([batch, heads, padded - len], &device)], 2)
-        };
-        x.reshape([batch, heads, chunks, c])
-    };
-    let q = to_chunks(q, dk);
-    let k = to_chunks(k, dk);
-    let v = to_chunks(v, dv);
-    let beta = to_chunks_1(beta).unsqueeze_dim::<5>(4);
-    let gamma = to_chunks_1(g).cumsum(3); // cumulative log decay inside each chunk
+    let heads_first = |x: Tensor<B, 4>, width: usize| to_chunks(x.swap_dims(1, 2).reshape([bh, len, width]), width);
+    let per_token = |x: Tensor<B, 3>| to_chunks(x.swap_dims(1, 2).reshape([bh, len, 1]), 1);
+    let q = heads_first(q, dk);
+    let k = heads_first(k, dk);
+    let v = heads_first(v, dv);
+    let beta = per_token(beta); // [bh, chunks, C, 1]
+    let gamma = per_token(g).cumsum(2); // cumulative log decay inside each chunk, [bh, chunks, C, 1]
     let v_beta = v * beta.clone();
     let k_beta = k.clone() * beta;
 
-    // decay[i, j] = exp(gamma_i - gamma_j) for j <= i, else 0 (masked before the exp).
-    let shape = [batch, heads, chunks, c, c];
-    let diff = gamma.clone().unsqueeze_dim::<5>(4).expand(shape) - gamma.clone().unsqueeze_dim::<5>(3).expand(shape);
-    let decay = (diff + strictly_upper_neg_inf::<B>(c, &device).reshape([1, 1, 1, c, c])).exp();
+    // decay[i, j] = exp(gamma_i - gamma_j) for j <= i, else 0. The exponent is clamped at 0 (it
+    // is <= 0 below the diagonal) and the upper part multiplied by 0: no infinities, which GPU
+    // shading languages do not guarantee to handle.
+    // Both operands are expanded explicitly: burn-wgpu 0.21 computes a subtraction that
+    // broadcasts both sides ([.., C, 1] - [.., 1, C]) wrongly.
+    let lower = lower_triangle::<B>(c, &device).reshape([1, 1, c, c]);
+    let square = [bh, chunks, c, c];
+    let diff = gamma.clone().expand(square) - gamma.clone().swap_dims(2, 3).expand(square);
+    let decay = diff.clamp_max(0.0).exp() * lower;
 
-    let gamma_exp = gamma.clone().exp().unsqueeze_dim::<5>(4);
-    let system = k_beta.clone().matmul(k.clone().swap_dims(3, 4)) * decay.clone();
+    let gamma_exp = gamma.clone().exp();
+    let system = k_beta.clone().matmul(k.clone().swap_dims(2, 3)) * decay.clone();
     let inverse = unit_lower_inverse(system);
     let new_values = inverse.clone().matmul(v_beta); // U = (I + L)^-1 (beta v)
     let k_cumdecay = inverse.matmul(k_beta * gamma_exp.clone()); // W = (I + L)^-1 (beta k exp(gamma))
-    let intra = q.clone().matmul(k.clone().swap_dims(3, 4)) * decay;
+    let intra = q.clone().matmul(k.clone().swap_dims(2, 3)) * decay;
 
-    let last = gamma.clone().narrow(3, c - 1, 1); // [batch, heads, chunks, 1]
+    let last = gamma.clone().narrow(2, c - 1, 1); // [bh, chunks, 1, 1]
     let q = q * gamma_exp;
-    let k = k * (last.clone() - gamma).exp().unsqueeze_dim::<5>(4);
-    let chunk_decay = last.exp().unsqueeze_dim::<5>(4); // [batch, heads, chunks, 1, 1]
+    let k = k * (last.clone() - gamma).exp();
+    let chunk_decay = last.exp();
 
-    let mut state = initial_state.unwrap_or_else(|| Tensor::zeros([batch, heads, dk, dv], &device));
-    let chunk = |x: &Tensor<B, 5>, i: usize| -> Tensor<B, 4> { x.clone().narrow(2, i, 1).squeeze_dim::<4>(2) };
+    let mut state = match initial_state {
+        Some(state) => state.reshape([bh, dk, dv]),
+        None => Tensor::zeros([bh, dk, dv], &device),
+    };
+    let chunk = |x: &Tensor<B, 4>, i: usize| -> Tensor<B, 3> { x.clone().narrow(1, i, 1).squeeze_dim::<3>(1) };
     let mut outputs = Vec::with_capacity(chunks);
     for i in 0..chunks {
         let v_new = chunk(&new_values, i) - chunk(&k_cumdecay, i).matmul(state.clone());
         outputs.push(chunk(&q, i).matmul(state.clone()) + chunk(&intra, i).matmul(v_new.clone()));
-        state = state * chunk(&chunk_decay, i) + chunk(&k, i).swap_dims(2, 3).matmul(v_new);
+        state = state * chunk(&chunk_decay, i) + chunk(&k, i).swap_dims(1, 2).matmul(v_new);
     }
-    let out = Tensor::cat(outputs, 2).narrow(2, 0, len).swap_dims(1, 2);
-    (out, state)
+    let out = Tensor::cat(outputs, 1).narrow(1, 0, len).reshape([batch, heads, len, dv]).swap_dims(1, 2);
+    (out, state.reshape([batch, heads, dk, dv]))
 }
 
 /// Recurrent form: one token at a time (the decode path; also the reference for the chunked form).
@@ -141,10 +142,8 @@ fn l2_normalize<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 4> {
     x / sum_square.add_scalar(1e-6).sqrt()
 }
 
-/// `[c, c]`: 0 on and below the diagonal, `-inf` above.
-fn strictly_upper_neg_inf<B: Backend>(c: usize, device: &B::Device) -> Tensor<B, 2> {
-    let values: Vec<f32> = (0..c)
-        .flat_map(|i| (0..c).map(move |j| if j > i { f32::NEG_INFINITY } else { 0.0 }))
-        .collect();
+/// `[c, c]`: 1 on and below the diagonal, 0 above.
+fn lower_triangle<B: Backend>(c: usize, device: &B::Device) -> Tensor<B, 2> {
+    let values: Vec<f32> = (0..c).flat_map(|i| (0..c).map(move |j| if j <= i { 1.0 } else { 0.0 })).collect();
     Tensor::from_data(TensorData::new(values, [c, c]), device)
 }

@@ -91,7 +91,9 @@ impl<B: ExpertCount> SparseMoe<B> {
         // Pairs in expert order; `order[p]` is the flat (token * k + slot) index of pair p.
         let (sorted_experts, order) = experts.reshape([n * k]).sort_with_indices(0);
         let counts: Vec<i64> = expert_count(sorted_experts, num_experts).into_data().iter::<i64>().collect();
-        let token_of_pair: Tensor<B, 1, Int> = order.clone().div_scalar(k as i64);
+        // Token of flat pair p is p / k, gathered instead of divided (candle has no int division).
+        let token_of_flat = Tensor::<B, 1, Int>::arange(0..n as i64, &device).unsqueeze_dim::<2>(1).expand([n, k]).reshape([n * k]);
+        let token_of_pair = token_of_flat.select(0, order.clone());
         let pair_weights = weights.reshape([n * k]).select(0, order).reshape([n * k, 1]);
         let rows = tokens.select(0, token_of_pair.clone());
 

@@ -3,5 +3,11 @@
 
 #[cfg(feature = "autodiff")]
 mod autodiff;
+#[cfg(feature = "candle")]
+mod candle;
+#[cfg(feature = "wgpu")]
+mod cube;
+#[cfg(feature = "wgpu")]
+mod fusion;
 #[cfg(feature = "ndarray")]
 mod ndarray;

@@ -1,0 +1,48 @@
+//! candle: on the CPU device, the plain-Rust kernels of [`crate::cpu`] on the tensor's host
+//! values; on CUDA/Metal devices, the generic implementation (which stays on the device).
+//!
+//! burn-candle 0.21 keeps the inner `candle_core::Tensor` crate-private, so a candle `CustomOp`
+//! cannot be attached to it; the values go through `TensorData` instead (a copy in and out,
+//! O(n^2) against the kernel's O(n^3) for the inverse).
+#![allow(deprecated)] // burn-candle is deprecated upstream from 0.21; this project still targets it.
+
+use burn::backend::Candle;
+use burn::backend::candle::{CandleDevice, FloatCandleElement, IntCandleElement};
+use burn::tensor::ops::{FloatTensor, IntTensor};
+use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
+
+use crate::{ExpertCount, UnitLowerInverse, cpu, generic};
+
+impl<F: FloatCandleElement, I: IntCandleElement> ExpertCount for Candle<F, I> {
+    fn expert_count(ids: IntTensor<Self>, num_experts: usize) -> IntTensor<Self> {
+        let ids = Tensor::<Self, 1, Int>::from_primitive(ids);
+        let device = ids.device();
+        if !matches!(device, CandleDevice::Cpu) {
+            return generic::expert_count(ids, num_experts).into_primitive();
+        }
+        let data = ids.into_data();
+        let counts = match data.dtype {
+            DType::I64 => cpu::expert_count(data.as_slice::<i64>().expect("i64 ids").iter().copied(), num_experts),
+            _ => cpu::expert_count(data.iter::<i64>(), num_experts),
+        };
+        Tensor::<Self, 1, Int>::from_data(TensorData::new(counts, [num_experts]).convert::<I>(), &device).into_primitive()
+    }
+}
+
+impl<F: FloatCandleElement, I: IntCandleElement> UnitLowerInverse for Candle<F, I> {
+    fn unit_lower_inverse(a: FloatTensor<Self>) -> FloatTensor<Self> {
+        let a = Tensor::<Self, 3>::from_primitive(TensorPrimitive::Float(a));
+        let (shape, device) = (a.dims(), a.device());
+        let n = shape[2];
+        if !matches!(device, CandleDevice::Cpu) {
+            return generic::unit_lower_inverse(a).into_primitive().tensor();
+        }
+        let data = a.into_data();
+        let inverse = match data.dtype {
+            DType::F32 => TensorData::new(cpu::unit_lower_inverse(data.as_slice::<f32>().expect("f32 data"), n), shape),
+            DType::F64 => TensorData::new(cpu::unit_lower_inverse(data.as_slice::<f64>().expect("f64 data"), n), shape),
+            _ => return generic::unit_lower_inverse(Tensor::<Self, 3>::from_data(data, &device)).into_primitive().tensor(),
+        };
+        Tensor::<Self, 3>::from_data(inverse, &device).into_primitive().tensor()
+    }
+}
