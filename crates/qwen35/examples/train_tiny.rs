@@ -2,8 +2,9 @@
 //! feed-forward between an embedding and an output head, trained for a few steps with Adam to
 //! predict the next token of a repeating sequence.
 //!
-//! Run: `cargo run --release -p qwen35 --example train_tiny` (Autodiff<NdArray>). The backend
-//! only has to implement `decider_ops::DeciderOps` (the two special ops) besides burn's own.
+//! Run: `cargo run --release -p qwen35 --example train_tiny [--features wgpu]` (Autodiff<NdArray>,
+//! and Autodiff<Wgpu> when compiled in). The backend only has to implement
+//! `decider_ops::DeciderOps` (the two special ops) besides burn's own.
 
 use burn::backend::{Autodiff, NdArray};
 use burn::module::{AutodiffModule, Module};
@@ -83,10 +84,15 @@ where
     losses
 }
 
-fn main() {
-    let losses = train::<Autodiff<NdArray>>(30);
+fn report(backend: &str, losses: &[f32]) {
     for (step, loss) in losses.iter().enumerate().step_by(5) {
-        println!("step {step:2}: loss {loss:.4}");
+        println!("{backend} step {step:2}: loss {loss:.4}");
     }
-    println!("loss {:.4} -> {:.4}", losses[0], losses[losses.len() - 1]);
+    println!("{backend}: loss {:.4} -> {:.4}", losses[0], losses[losses.len() - 1]);
+}
+
+fn main() {
+    report("ndarray", &train::<Autodiff<NdArray>>(30));
+    #[cfg(feature = "wgpu")]
+    report("wgpu", &train::<Autodiff<burn::backend::Wgpu>>(30));
 }
