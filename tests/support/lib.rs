@@ -34,11 +34,6 @@ impl Reference {
         SafeTensors::deserialize(&self.bytes).expect("reference file is valid safetensors")
     }
 
-    /// Whether the reference has a tensor of this name.
-    pub fn has(&self, name: &str) -> bool {
-        self.tensors().names().iter().any(|n| *n == name)
-    }
-
     /// An f32 tensor: values and shape.
     pub fn f32(&self, name: &str) -> (Vec<f32>, Vec<usize>) {
         let tensors = self.tensors();
