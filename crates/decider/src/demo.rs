@@ -1,0 +1,59 @@
+//! The `demo` model: a tiny Qwen3.5 (the dense decider-2b architecture at toy widths) with
+//! random weights from a fixed seed, and the Qwen3.5 test tokenizer. It makes every command
+//! and test run offline; its answers are those of random weights, not of a trained decider.
+
+use burn::module::{Module, ModuleMapper, Param};
+use burn::tensor::{Tensor, TensorData, backend::Backend};
+use qwen35::{Qwen35Config, Qwen35Model};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// The seed of the demo weights.
+pub const DEMO_SEED: u64 = 20_261_130;
+
+/// The `decider_config.json` of the demo model.
+pub const DEMO_DECIDER_CONFIG: &str = r#"{"version": "demo-random-weights", "release_date": "2026-11-30", "temperature": 1.0, "isolated_levels": true, "neutralize_none": false}"#;
+
+/// Hybrid layout of the real models (three Gated DeltaNet layers, then gated attention) at
+/// toy widths, with the full Qwen3.5 vocabulary so the real tokenizer's ids are valid.
+const DEMO_CONFIG: &str = r#"{
+  "model_type": "qwen3_5_text", "vocab_size": 248320, "hidden_size": 32, "intermediate_size": 64,
+  "num_hidden_layers": 4, "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+  "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+  "linear_conv_kernel_dim": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+  "linear_num_key_heads": 2, "linear_num_value_heads": 2,
+  "rms_norm_eps": 1e-6, "tie_word_embeddings": true,
+  "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25}
+}"#;
+
+/// The demo network's config.
+pub fn demo_config() -> Qwen35Config {
+    Qwen35Config::from_json(DEMO_CONFIG).expect("the demo config is valid")
+}
+
+/// The demo network on `device`: the same weights on every backend and platform, because they
+/// are drawn on the host from a ChaCha8 stream per parameter.
+pub fn demo_model<B: Backend>(device: &B::Device) -> Qwen35Model<B> {
+    demo_config().init::<B>(device).map(&mut SeededWeights { next_stream: 0 })
+}
+
+/// Replaces every float parameter, in module order, with uniform values in ±1/√fan_in
+/// (±0.5 for vectors), each parameter from its own stream of [`DEMO_SEED`].
+struct SeededWeights {
+    next_stream: u64,
+}
+
+impl<B: Backend> ModuleMapper<B> for SeededWeights {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let (id, tensor, mapper) = param.consume();
+        let shape = tensor.shape();
+        let dims = shape.dims::<D>();
+        let bound = if D >= 2 { 1.0 / (dims[D - 2] as f32).sqrt() } else { 0.5 };
+        let mut rng = ChaCha8Rng::seed_from_u64(DEMO_SEED);
+        rng.set_stream(self.next_stream);
+        self.next_stream += 1;
+        let values: Vec<f32> = (0..shape.num_elements()).map(|_| rng.random_range(-bound..bound)).collect();
+        let tensor = Tensor::from_data(TensorData::new(values, shape), &tensor.device());
+        Param::from_mapped_value(id, tensor, mapper)
+    }
+}

@@ -1,0 +1,314 @@
+//! The decision engine: a Qwen3.5 model, its tokenizer and `decider_config.json`, generic over
+//! the burn backend. Rows of a request share their state: the common prefix runs once and its
+//! cache is forked for every question row (decider.md §7.2), which gives the same answers as
+//! running each row from scratch.
+
+use std::path::Path;
+
+use burn::tensor::{Int, Tensor, TensorData};
+use decider_ops::DeciderOps;
+use qwen35::{ModelCache, Qwen35Model};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::answer::{assemble, argmax};
+use crate::config::DeciderConfig;
+use crate::demo::{DEMO_DECIDER_CONFIG, demo_model};
+use crate::error::DeciderError;
+use crate::prompt::{Plan, PlanOptions, Row, common_prefix, plan};
+use crate::question::AnswerType;
+use crate::readout::probabilities;
+use crate::tokenizer::Tokenizer;
+
+/// The context cap of [`Decider::decide`] (and `/decide`).
+pub const DECIDE_MAX_CONTEXT_TOKENS: usize = 1536;
+
+/// What turns requests into rows without a model: the tokenizer and `decider_config.json`.
+/// `decider prompt` needs only this.
+#[derive(Clone)]
+pub struct Prompter {
+    pub tokenizer: Tokenizer,
+    pub config: DeciderConfig,
+}
+
+impl Prompter {
+    /// `tokenizer.json` and `decider_config.json` (optional) of a model folder.
+    pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self, DeciderError> {
+        let dir = dir.as_ref();
+        Ok(Self { tokenizer: Tokenizer::from_file(dir.join("tokenizer.json"))?, config: DeciderConfig::from_dir(dir)? })
+    }
+
+    /// The demo model's tokenizer (the Qwen3.5 test tokenizer) and config.
+    pub fn demo() -> Self {
+        Self {
+            tokenizer: Tokenizer::test_tokenizer(),
+            config: DeciderConfig::from_json(DEMO_DECIDER_CONFIG).expect("the demo config is valid"),
+        }
+    }
+
+    /// The rows of a `/v1/systemone` request.
+    pub fn plan(&self, request: &SystemOneRequest) -> Result<Plan, DeciderError> {
+        let options = PlanOptions {
+            independent: request.independent,
+            isolated_levels: self.config.isolated_levels,
+            max_state_tokens: request.max_state_tokens,
+        };
+        plan(&self.tokenizer, &request.state, &request.questions, options)
+    }
+
+    /// The temperature of every slot of `plan`, in plan order.
+    pub fn slot_temperatures(&self, plan: &Plan) -> Vec<f64> {
+        plan.rows
+            .iter()
+            .flat_map(|row| row.types.iter().zip(&row.nopts).map(|(&kind, &n)| self.config.temperatures.of(kind, n)))
+            .collect()
+    }
+}
+
+/// A `/v1/systemone` request (decider.md §1.1).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SystemOneRequest {
+    /// Any JSON: a string is used as it is, anything else as Python's `json.dumps` of it.
+    pub state: Value,
+    /// `{id: question}`, answered in this order.
+    pub questions: Map<String, Value>,
+    /// One row per question (default) or all questions in one row.
+    pub independent: bool,
+    /// Cap on the state segment's tokens (32,768).
+    pub max_state_tokens: usize,
+}
+
+impl SystemOneRequest {
+    pub fn new(state: Value, questions: Map<String, Value>) -> Self {
+        Self { state, questions, independent: true, max_state_tokens: crate::prompt::MAX_STATE_TOKENS }
+    }
+}
+
+/// The `/v1/systemone` response; keys in the reference's order.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SystemOneResponse {
+    pub model: String,
+    pub answers: Map<String, Value>,
+    pub usage: Usage,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    /// Tokens of all rows, their shared prefix counted once.
+    pub input_tokens: usize,
+    pub output_tokens: usize,
+}
+
+/// A question of the plain [`Decider::decide`] form: a text and its options (a choice).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecideQuestion {
+    pub question: String,
+    pub options: Vec<String>,
+}
+
+/// The answer to a [`DecideQuestion`] (`Decider.decide`'s dict).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DecideAnswer {
+    /// The most probable option (first on ties).
+    pub choice: Option<String>,
+    /// Its probability (p_max, not TypeSafe's confidence).
+    pub confidence: f64,
+    pub probs: Map<String, Value>,
+    pub probs_list: Vec<f64>,
+}
+
+/// A loaded decider model on backend `B`.
+pub struct Decider<B: DeciderOps> {
+    model: Qwen35Model<B>,
+    prompter: Prompter,
+    /// The output head's label rows, `[hidden, 255]`: a decision never computes the full
+    /// vocabulary projection.
+    label_weights: Tensor<B, 2>,
+    device: B::Device,
+    source: String,
+    share_prefix: bool,
+}
+
+impl<B: DeciderOps> Decider<B> {
+    /// Loads a model folder: `config.json`, safetensors weights, `tokenizer.json` and
+    /// `decider_config.json`.
+    pub fn load(dir: impl AsRef<Path>, device: &B::Device) -> Result<Self, DeciderError> {
+        let dir = dir.as_ref();
+        let prompter = Prompter::from_dir(dir)?;
+        let (_, model) = qwen35::load_model::<B>(dir, device)?;
+        Self::new(model, prompter, device, dir.display().to_string())
+    }
+
+    /// The `demo` model (random weights from a fixed seed, test tokenizer).
+    pub fn demo(device: &B::Device) -> Self {
+        Self::new(demo_model(device), Prompter::demo(), device, "demo".into()).expect("the demo model fits its tokenizer")
+    }
+
+    /// A decider from parts; the tokenizer's ids must fit the model's vocabulary.
+    pub fn new(model: Qwen35Model<B>, prompter: Prompter, device: &B::Device, source: String) -> Result<Self, DeciderError> {
+        let [vocab, _] = model.embed_tokens.weight.dims();
+        if prompter.tokenizer.vocab_size() > vocab {
+            return Err(DeciderError::Model(format!(
+                "the tokenizer has {} tokens but the model's embedding has {vocab} rows",
+                prompter.tokenizer.vocab_size()
+            )));
+        }
+        let label_ids = prompter.tokenizer.labels().ids.iter().map(|&id| id as i64).collect::<Vec<_>>();
+        let count = label_ids.len();
+        let index = Tensor::<B, 1, Int>::from_data(TensorData::new(label_ids, [count]), device);
+        let label_weights = match &model.lm_head {
+            Some(head) => head.weight.val().select(1, index),
+            None => model.embed_tokens.weight.val().select(0, index).transpose(),
+        };
+        Ok(Self { model, prompter, label_weights, device: device.clone(), source, share_prefix: true })
+    }
+
+    /// Runs each row from scratch instead of sharing the common prefix (for comparisons).
+    pub fn with_shared_prefix(mut self, share: bool) -> Self {
+        self.share_prefix = share;
+        self
+    }
+
+    /// The tokenizer and config.
+    pub fn prompter(&self) -> &Prompter {
+        &self.prompter
+    }
+
+    /// The model folder, or `demo`.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// `"decider-" + version`.
+    pub fn name(&self) -> &str {
+        &self.prompter.config.model_name
+    }
+
+    /// The network.
+    pub fn model(&self) -> &Qwen35Model<B> {
+        &self.model
+    }
+
+    /// `Decider.system_one(state, questions)` with the defaults (independent rows).
+    pub fn system_one(&self, state: Value, questions: Map<String, Value>) -> Result<SystemOneResponse, DeciderError> {
+        self.answer(&SystemOneRequest::new(state, questions))
+    }
+
+    /// Answers a `/v1/systemone` request.
+    pub fn answer(&self, request: &SystemOneRequest) -> Result<SystemOneResponse, DeciderError> {
+        let plan = self.prompter.plan(request)?;
+        self.answer_plan(&plan)
+    }
+
+    /// Answers planned rows (the server plans first, to check limits before queueing).
+    pub fn answer_plan(&self, plan: &Plan) -> Result<SystemOneResponse, DeciderError> {
+        let probabilities = self.slot_probabilities(plan);
+        Ok(SystemOneResponse {
+            model: self.name().to_string(),
+            answers: assemble(&plan.questions, &probabilities),
+            usage: Usage { input_tokens: plan.input_tokens(), output_tokens: 0 },
+        })
+    }
+
+    /// The option probabilities of every slot of `plan`, in plan order, as f64 (from f32).
+    pub fn slot_probabilities(&self, plan: &Plan) -> Vec<Vec<f64>> {
+        let temperatures = self.prompter.slot_temperatures(plan);
+        let nopts = plan.rows.iter().flat_map(|r| r.nopts.iter().copied());
+        self.slot_logits(&plan.rows)
+            .iter()
+            .zip(nopts)
+            .zip(temperatures)
+            .map(|((logits, n), t)| probabilities(logits, n, t).into_iter().map(f64::from).collect())
+            .collect()
+    }
+
+    /// `Decider.decide(context, questions)`: choice questions packed into one row after the
+    /// context (capped at 1,536 tokens); `abstain_below` leaves `choice` empty under that p_max.
+    pub fn decide(&self, context: &str, questions: &[DecideQuestion], abstain_below: f64) -> Result<Vec<DecideAnswer>, DeciderError> {
+        if questions.is_empty() {
+            return Ok(vec![]);
+        }
+        let neutral = self.prompter.config.neutralize_none;
+        let mut specs = Map::new();
+        for (k, q) in questions.iter().enumerate() {
+            let options: Vec<Value> = q.options.iter().map(|o| if neutral { neutralize(o) } else { o.clone() }.into()).collect();
+            let spec = serde_json::json!({"type": "choice", "instructions": q.question, "criteria": options});
+            specs.insert(k.to_string(), spec);
+        }
+        let request = SystemOneRequest {
+            state: Value::String(context.to_string()),
+            questions: specs,
+            independent: false,
+            max_state_tokens: DECIDE_MAX_CONTEXT_TOKENS,
+        };
+        let plan = self.prompter.plan(&request)?;
+        if plan.questions.iter().zip(questions).any(|(p, q)| p.question.options.len() != q.options.len()) {
+            return Err(DeciderError::InvalidQuestion("decide: options must be distinct".into()));
+        }
+        let probabilities = self.slot_probabilities(&plan);
+        Ok(questions
+            .iter()
+            .zip(probabilities)
+            .map(|(q, p)| {
+                let j = argmax(&p);
+                let probs = q.options.iter().zip(&p).map(|(o, x)| (o.clone(), Value::from(*x))).collect();
+                DecideAnswer { choice: (p[j] >= abstain_below).then(|| q.options[j].clone()), confidence: p[j], probs, probs_list: p }
+            })
+            .collect())
+    }
+
+    /// The 255 label logits at every slot of `rows`, in row order.
+    pub fn slot_logits(&self, rows: &[Row]) -> Vec<Vec<f32>> {
+        if rows.is_empty() {
+            return vec![];
+        }
+        // The shared prefix ends at least one token before the shortest row, so every row runs
+        // its own last token (its slot) past the fork.
+        let shortest = rows.iter().map(|r| r.ids.len()).min().unwrap_or(0);
+        let prefix = if self.share_prefix && rows.len() > 1 { common_prefix(rows).min(shortest.saturating_sub(1)) } else { 0 };
+        let mut prefix_cache = self.model.new_cache();
+        let prefix_hidden = (prefix > 0).then(|| self.model.hidden_states(self.ids(&rows[0].ids[..prefix]), &mut prefix_cache));
+
+        let mut slot_hidden = Vec::new();
+        for row in rows {
+            let mut cache: ModelCache<B> = prefix_cache.clone();
+            let hidden = self.model.hidden_states(self.ids(&row.ids[prefix..]), &mut cache);
+            for &slot in &row.slots {
+                let (source, at) = if slot < prefix { (prefix_hidden.as_ref().expect("prefix ran"), slot) } else { (&hidden, slot - prefix) };
+                slot_hidden.push(source.clone().slice([0..1, at..at + 1]).flatten::<2>(0, 1));
+            }
+        }
+        let logits = Tensor::cat(slot_hidden, 0).matmul(self.label_weights.clone());
+        let [slots, labels] = logits.dims();
+        let values = logits.into_data().convert::<f32>().into_vec::<f32>().expect("f32 logits");
+        (0..slots).map(|s| values[s * labels..(s + 1) * labels].to_vec()).collect()
+    }
+
+    fn ids(&self, ids: &[u32]) -> Tensor<B, 2, Int> {
+        let values: Vec<i64> = ids.iter().map(|&id| id as i64).collect();
+        Tensor::from_data(TensorData::new(values, [1, ids.len()]), &self.device)
+    }
+}
+
+/// `infer.neutralize_options` for one option: "none of the above"-like options read as
+/// "not listed here", the phrasing the model was trained to treat neutrally.
+pub fn neutralize(option: &str) -> String {
+    let key = option.trim().to_lowercase();
+    if key.starts_with("none of the above") || matches!(key.as_str(), "none" | "n/a" | "none of these") {
+        "not listed here".into()
+    } else {
+        option.into()
+    }
+}
+
+impl AnswerType {
+    /// Parses a wire name (`"bool"` is `noul`).
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "choice" => Some(Self::Choice),
+            "score" => Some(Self::Score),
+            "noul" | "bool" => Some(Self::Noul),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,20 @@
+#![doc = include_str!("../README.md")]
+
+pub mod answer;
+pub mod config;
+pub mod demo;
+pub mod engine;
+pub mod error;
+pub mod prompt;
+pub mod python_json;
+pub mod question;
+pub mod readout;
+pub mod state;
+pub mod tokenizer;
+
+pub use config::DeciderConfig;
+pub use engine::{DecideAnswer, DecideQuestion, Decider, Prompter, SystemOneRequest, SystemOneResponse, Usage};
+pub use error::DeciderError;
+pub use prompt::{Plan, PlanOptions, Row};
+pub use question::{AnswerType, RenderedQuestion};
+pub use tokenizer::{LabelTable, Tokenizer};

