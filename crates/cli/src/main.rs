@@ -1,14 +1,19 @@
 //! `decider`: run Qwen3.5 decider models on any burn backend compiled into this build.
 
 mod backend;
+mod decide;
 mod forward;
+mod info;
+mod model_source;
+mod prompt;
+mod serve;
 
 use clap::{Parser, Subcommand};
 
 use crate::backend::BackendName;
 
 #[derive(Parser)]
-#[command(name = "decider", version, about = "Run Qwen3.5 decider models on burn (ndarray, candle, wgpu)")]
+#[command(name = "decider", version, about = "Run the decider decision models on burn (ndarray, candle, wgpu)")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -16,6 +21,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Answer typed questions about a state (one /v1/systemone request) and print the answers.
+    Decide(decide::DecideArgs),
+    /// Print the prompt rows (token ids and answer slots) of a request without running the model.
+    Prompt(prompt::PromptArgs),
+    /// Serve the HTTP API: POST /v1/systemone and /decide, GET /health and /v1/models.
+    Serve(serve::ServeArgs),
+    /// Describe a model: architecture, tokenizer, labels, temperatures.
+    Info(info::InfoArgs),
     /// Run token ids through a model as one sequence and write the logits `[T, vocab]` (f32 .npy).
     Forward(forward::ForwardArgs),
     /// List the backends compiled into this build.
@@ -24,6 +37,10 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        Command::Decide(args) => backend::dispatch(args.backend, &args),
+        Command::Prompt(args) => prompt::run(&args),
+        Command::Serve(args) => backend::dispatch(args.backend, &args),
+        Command::Info(args) => backend::dispatch(args.backend, &args),
         Command::Forward(args) => backend::dispatch(args.backend, &args),
         Command::Backends => {
             for name in BackendName::compiled_in() {

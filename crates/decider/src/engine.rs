@@ -56,10 +56,9 @@ impl Prompter {
         plan(&self.tokenizer, &request.state, &request.questions, options)
     }
 
-    /// The temperature of every slot of `plan`, in plan order.
-    pub fn slot_temperatures(&self, plan: &Plan) -> Vec<f64> {
-        plan.rows
-            .iter()
+    /// The temperature of every slot of `rows`, in row order.
+    pub fn slot_temperatures(&self, rows: &[Row]) -> Vec<f64> {
+        rows.iter()
             .flat_map(|row| row.types.iter().zip(&row.nopts).map(|(&kind, &n)| self.config.temperatures.of(kind, n)))
             .collect()
     }
@@ -202,7 +201,7 @@ impl<B: DeciderOps> Decider<B> {
 
     /// Answers planned rows (the server plans first, to check limits before queueing).
     pub fn answer_plan(&self, plan: &Plan) -> Result<SystemOneResponse, DeciderError> {
-        let probabilities = self.slot_probabilities(plan);
+        let probabilities = self.slot_probabilities(&plan.rows);
         Ok(SystemOneResponse {
             model: self.name().to_string(),
             answers: assemble(&plan.questions, &probabilities),
@@ -210,11 +209,11 @@ impl<B: DeciderOps> Decider<B> {
         })
     }
 
-    /// The option probabilities of every slot of `plan`, in plan order, as f64 (from f32).
-    pub fn slot_probabilities(&self, plan: &Plan) -> Vec<Vec<f64>> {
-        let temperatures = self.prompter.slot_temperatures(plan);
-        let nopts = plan.rows.iter().flat_map(|r| r.nopts.iter().copied());
-        self.slot_logits(&plan.rows)
+    /// The option probabilities of every slot of `rows`, in row order, as f64 (from f32).
+    pub fn slot_probabilities(&self, rows: &[Row]) -> Vec<Vec<f64>> {
+        let temperatures = self.prompter.slot_temperatures(rows);
+        let nopts = rows.iter().flat_map(|r| r.nopts.iter().copied());
+        self.slot_logits(rows)
             .iter()
             .zip(nopts)
             .zip(temperatures)
@@ -245,7 +244,7 @@ impl<B: DeciderOps> Decider<B> {
         if plan.questions.iter().zip(questions).any(|(p, q)| p.question.options.len() != q.options.len()) {
             return Err(DeciderError::InvalidQuestion("decide: options must be distinct".into()));
         }
-        let probabilities = self.slot_probabilities(&plan);
+        let probabilities = self.slot_probabilities(&plan.rows);
         Ok(questions
             .iter()
             .zip(probabilities)
@@ -259,7 +258,7 @@ impl<B: DeciderOps> Decider<B> {
 
     /// The 255 label logits at every slot of `rows`, in row order.
     pub fn slot_logits(&self, rows: &[Row]) -> Vec<Vec<f32>> {
-        if rows.is_empty() {
+        if rows.iter().all(|r| r.slots.is_empty()) {
             return vec![];
         }
         // The shared prefix ends at least one token before the shortest row, so every row runs
@@ -270,7 +269,7 @@ impl<B: DeciderOps> Decider<B> {
         let prefix_hidden = (prefix > 0).then(|| self.model.hidden_states(self.ids(&rows[0].ids[..prefix]), &mut prefix_cache));
 
         let mut slot_hidden = Vec::new();
-        for row in rows {
+        for row in rows.iter().filter(|r| !r.slots.is_empty()) {
             let mut cache: ModelCache<B> = prefix_cache.clone();
             let hidden = self.model.hidden_states(self.ids(&row.ids[prefix..]), &mut cache);
             for &slot in &row.slots {

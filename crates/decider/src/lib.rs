@@ -2,6 +2,7 @@
 
 pub mod answer;
 pub mod config;
+pub mod decide_form;
 pub mod demo;
 pub mod engine;
 pub mod error;

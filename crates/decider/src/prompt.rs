@@ -105,7 +105,7 @@ pub fn plan(tokenizer: &Tokenizer, state: &Value, questions: &Map<String, Value>
     let isolated = options.isolated_levels && options.independent;
 
     // Each question becomes one (text, options, type) entry, or one per isolated level.
-    let mut entries: Vec<(String, Vec<String>, AnswerType)> = Vec::new();
+    let mut entries: Vec<RowQuestion> = Vec::new();
     let mut planned = Vec::with_capacity(rendered.len());
     for (id, question) in rendered {
         let first_slot = entries.len();
@@ -123,23 +123,28 @@ pub fn plan(tokenizer: &Tokenizer, state: &Value, questions: &Map<String, Value>
 
     let context = context_ids(tokenizer, &render_state(state), options.max_state_tokens);
     // Packed, a request without questions is still one (slotless) row, as in the reference.
-    let groups: Vec<&[(String, Vec<String>, AnswerType)]> =
-        if options.independent { entries.chunks(1).collect() } else { vec![&entries[..]] };
-    let rows = groups
-        .into_iter()
-        .map(|group| {
-            let multi = group.len() > 1;
-            let mut row = Row { ids: context.clone(), slots: vec![], types: vec![], nopts: vec![] };
-            for (k, (text, opts, kind)) in group.iter().enumerate() {
-                row.ids.extend(question_piece(tokenizer, text, opts, k, multi));
-                row.slots.push(row.ids.len() - 1);
-                row.types.push(*kind);
-                row.nopts.push(opts.len());
-            }
-            row
-        })
-        .collect();
+    let rows = if options.independent {
+        entries.iter().map(|entry| row(tokenizer, &context, std::slice::from_ref(entry))).collect()
+    } else {
+        vec![row(tokenizer, &context, &entries)]
+    };
     Ok(Plan { questions: planned, rows, context_len: context.len() })
+}
+
+/// A question as one row sees it: text, option texts, answer type.
+pub type RowQuestion = (String, Vec<String>, AnswerType);
+
+/// The row `context` + one piece per question (numbered when there are several).
+pub fn row(tokenizer: &Tokenizer, context: &[u32], questions: &[RowQuestion]) -> Row {
+    let multi = questions.len() > 1;
+    let mut row = Row { ids: context.to_vec(), slots: vec![], types: vec![], nopts: vec![] };
+    for (k, (text, options, kind)) in questions.iter().enumerate() {
+        row.ids.extend(question_piece(tokenizer, text, options, k, multi));
+        row.slots.push(row.ids.len() - 1);
+        row.types.push(*kind);
+        row.nopts.push(options.len());
+    }
+    row
 }
 
 /// `encode("Context:\n" + state)[:cap]`.

@@ -35,8 +35,8 @@ fn shared_prefix_gives_the_answers_of_separate_rows() {
     let request = SystemOneRequest::new(state(), questions());
     let plan = shared.prompter().plan(&request).unwrap();
     assert_eq!(plan.rows.len(), 3 + 4 + 1, "one row per question, one per isolated Score level");
-    let a = shared.slot_probabilities(&plan);
-    let b = separate.slot_probabilities(&plan);
+    let a = shared.slot_probabilities(&plan.rows);
+    let b = separate.slot_probabilities(&plan.rows);
     let worst = a.iter().flatten().zip(b.iter().flatten()).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
     assert!(worst < 1e-5, "shared-prefix and separate rows differ by {worst}");
     assert_eq!(shared.answer(&request).unwrap(), separate.answer(&request).unwrap());

@@ -1,0 +1,85 @@
+//! `decider decide`: one `/v1/systemone` request from the command line, answers printed as JSON.
+
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use decider::SystemOneRequest;
+use decider_ops::DeciderOps;
+use serde_json::{Map, Value};
+
+use crate::backend::{BackendName, GenericTask};
+use crate::model_source::ModelSource;
+
+#[derive(clap::Args)]
+pub struct DecideArgs {
+    /// Model folder, or `demo` (random weights, runs offline).
+    #[arg(long)]
+    pub model: ModelSource,
+    /// The state as text, or @FILE to read it from a file (used as it is).
+    #[arg(long, conflicts_with = "state_json")]
+    pub state: Option<String>,
+    /// The state as JSON, or @FILE holding JSON (rendered as the reference's json.dumps).
+    #[arg(long)]
+    pub state_json: Option<String>,
+    /// A question object, e.g. '{"type": "noul", "instructions": "Is it urgent?"}', optionally
+    /// prefixed with its id: 'urgent={...}'. Repeat for several; ids default to q1, q2, ...
+    #[arg(long = "question", required = true)]
+    pub questions: Vec<String>,
+    /// Pack all questions into one row (`independent: false`).
+    #[arg(long)]
+    pub packed: bool,
+    #[arg(long, value_enum, default_value_t = BackendName::default_name())]
+    pub backend: BackendName,
+}
+
+/// `TEXT` as it is, or the contents of `FILE` for `@FILE`.
+pub fn text_or_file(arg: &str) -> anyhow::Result<String> {
+    match arg.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {path}")),
+        None => Ok(arg.to_string()),
+    }
+}
+
+impl DecideArgs {
+    fn request(&self) -> anyhow::Result<SystemOneRequest> {
+        let state = match (&self.state, &self.state_json) {
+            (Some(text), None) => Value::String(text_or_file(text)?),
+            (None, Some(json)) => serde_json::from_str(&text_or_file(json)?).context("--state-json is not valid JSON")?,
+            _ => bail!("give the state with --state TEXT|@FILE or --state-json JSON|@FILE"),
+        };
+        let mut questions = Map::new();
+        for (i, arg) in self.questions.iter().enumerate() {
+            let (id, json) = match arg.split_once('=') {
+                Some((id, json)) if !id.trim_start().starts_with('{') => (id.to_string(), json),
+                _ => (format!("q{}", i + 1), arg.as_str()),
+            };
+            let question: Value = serde_json::from_str(json).with_context(|| format!("--question {id}: not valid JSON: {json}"))?;
+            if questions.insert(id.clone(), question).is_some() {
+                bail!("--question: the id {id} is given twice");
+            }
+        }
+        let mut request = SystemOneRequest::new(state, questions);
+        request.independent = !self.packed;
+        Ok(request)
+    }
+}
+
+impl GenericTask for &DecideArgs {
+    fn run<B: DeciderOps>(self, device: &B::Device) -> anyhow::Result<()> {
+        let request = self.request()?;
+        let start = Instant::now();
+        let decider = self.model.load::<B>(device)?;
+        let loaded = start.elapsed();
+        let start = Instant::now();
+        let response = decider.answer(&request)?;
+        println!("{}", serde_json::to_string_pretty(&response)?);
+        eprintln!(
+            "backend {}: model loaded in {:.2} s, answered in {:.3} s{}",
+            self.backend,
+            loaded.as_secs_f64(),
+            start.elapsed().as_secs_f64(),
+            if self.model.is_demo() { " (demo model: random weights, the answers mean nothing)" } else { "" }
+        );
+        Ok(())
+    }
+}

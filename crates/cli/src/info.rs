@@ -1,0 +1,62 @@
+//! `decider info`: what a model folder holds, as the runtime reads it.
+
+use decider_ops::DeciderOps;
+use qwen35::decoder::{DecoderLayer, FeedForward, TokenMixer};
+use serde_json::json;
+
+use crate::backend::{BackendName, GenericTask};
+use crate::model_source::ModelSource;
+
+#[derive(clap::Args)]
+pub struct InfoArgs {
+    /// Model folder, or `demo`.
+    #[arg(long)]
+    pub model: ModelSource,
+    #[arg(long, value_enum, default_value_t = BackendName::default_name())]
+    pub backend: BackendName,
+}
+
+impl GenericTask for &InfoArgs {
+    fn run<B: DeciderOps>(self, device: &B::Device) -> anyhow::Result<()> {
+        let decider = self.model.load::<B>(device)?;
+        let model = decider.model();
+        let config = &decider.prompter().config;
+        let tokenizer = &decider.prompter().tokenizer;
+        let [vocab, hidden] = model.embed_tokens.weight.dims();
+        let layers: Vec<&str> = model.layers.iter().map(layer_kind).collect();
+        let info = json!({
+            "model": decider.name(),
+            "source": decider.source(),
+            "backend": self.backend.to_string(),
+            "random_weights": self.model.is_demo(),
+            "release_date": config.release_date,
+            "layers": layers.len(),
+            "layer_types": layers,
+            "hidden_size": hidden,
+            "vocab_rows": vocab,
+            "parameters": burn::module::Module::num_params(model),
+            "tokenizer_tokens": tokenizer.vocab_size(),
+            "labels": {"count": tokenizer.labels().names.len(), "first": tokenizer.labels().names[0], "last": tokenizer.labels().names.last()},
+            "temperature": config.temperature,
+            "temperature_by_type": {
+                "choice": config.temperatures.of(decider::AnswerType::Choice, 2),
+                "noul": config.temperatures.of(decider::AnswerType::Noul, 2),
+                "score": config.temperatures.of(decider::AnswerType::Score, 2),
+            },
+            "isolated_levels": config.isolated_levels,
+            "neutralize_none": config.neutralize_none,
+        });
+        println!("{}", serde_json::to_string_pretty(&info)?);
+        Ok(())
+    }
+}
+
+/// A layer's token mixer and feed-forward, in the checkpoint's words.
+fn layer_kind<B: DeciderOps>(layer: &DecoderLayer<B>) -> &'static str {
+    match (&layer.mixer, &layer.mlp) {
+        (TokenMixer::LinearAttn(_), FeedForward::Dense(_)) => "linear_attention + mlp",
+        (TokenMixer::LinearAttn(_), FeedForward::Sparse(_)) => "linear_attention + moe",
+        (TokenMixer::SelfAttn(_), FeedForward::Dense(_)) => "full_attention + mlp",
+        (TokenMixer::SelfAttn(_), FeedForward::Sparse(_)) => "full_attention + moe",
+    }
+}

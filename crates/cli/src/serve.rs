@@ -1,0 +1,365 @@
+//! `decider serve`: the reference's HTTP API (decider.md §1, §7, §10) on axum.
+//!
+//! Requests are validated and tokenized on the async side; the model runs on one worker
+//! thread that owns it and answers requests in arrival order. Rows are admitted against a
+//! queue bound (503 past it) after the size limits (413), and every question is validated
+//! before either (422), as in the reference.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+
+use anyhow::Context;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use decider::{AnswerType, DeciderError, Plan, Prompter, SystemOneRequest};
+use decider_ops::DeciderOps;
+use serde_json::{Map, Value, json};
+use tokio::sync::oneshot;
+
+use crate::backend::{BackendName, GenericTask};
+use crate::model_source::ModelSource;
+
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// Model folder, or `demo` (random weights, runs offline).
+    #[arg(long)]
+    pub model: ModelSource,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    pub addr: SocketAddr,
+    #[arg(long, value_enum, default_value_t = BackendName::default_name())]
+    pub backend: BackendName,
+    /// Scoring rows one request may expand to (questions and isolated Score levels).
+    #[arg(long, env = "DECIDER_MAX_ROWS", default_value_t = 1024)]
+    pub max_rows: usize,
+    /// Tokens of the state segment; longer states are cut.
+    #[arg(long, env = "DECIDER_MAX_STATE_TOKENS", default_value_t = 32768)]
+    pub max_state_tokens: usize,
+    /// Tokens in one row (default: the state cap + 4,096).
+    #[arg(long, env = "DECIDER_MAX_ROW_TOKENS")]
+    pub max_row_tokens: Option<usize>,
+    /// Tokens of all rows of one request.
+    #[arg(long, env = "DECIDER_MAX_REQUEST_TOKENS", default_value_t = 1 << 20)]
+    pub max_request_tokens: usize,
+    /// Rows admitted and not yet answered, over all requests; more is a 503.
+    #[arg(long, env = "DECIDER_MAX_QUEUE_ROWS", default_value_t = 4096)]
+    pub max_queue_rows: usize,
+    /// Largest request body in bytes (413 above).
+    #[arg(long, default_value_t = 64 << 20)]
+    pub max_body_bytes: usize,
+}
+
+/// Work for the model thread.
+enum Job {
+    SystemOne(Plan, oneshot::Sender<decider::SystemOneResponse>),
+    Decide(String, Value, oneshot::Sender<Result<Map<String, Value>, DeciderError>>),
+}
+
+struct AppState {
+    prompter: Prompter,
+    jobs: mpsc::Sender<Job>,
+    queued_rows: AtomicUsize,
+    limits: Limits,
+    source: String,
+    device: String,
+}
+
+#[derive(Clone, Copy)]
+struct Limits {
+    max_rows: usize,
+    max_state_tokens: usize,
+    max_row_tokens: usize,
+    max_request_tokens: usize,
+    max_queue_rows: usize,
+}
+
+/// An HTTP error with the reference's `{"detail": ...}` body.
+struct ApiError(StatusCode, Value);
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self(status, Value::String(message.into()))
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, axum::Json(json!({ "detail": self.1 }))).into_response()
+    }
+}
+
+impl GenericTask for &ServeArgs {
+    fn run<B: DeciderOps>(self, device: &B::Device) -> anyhow::Result<()> {
+        let (jobs, inbox) = mpsc::channel::<Job>();
+        let (ready, loaded) = mpsc::channel();
+        let model = self.model.clone();
+        let device = device.clone();
+        // The model thread owns the model: it loads it, then answers jobs until the server
+        // drops its sender.
+        std::thread::Builder::new().name("model".into()).spawn(move || {
+            let decider = match model.load::<B>(&device) {
+                Ok(decider) => decider,
+                Err(e) => return ready.send(Err(e)).unwrap_or(()),
+            };
+            let _ = ready.send(Ok((decider.prompter().clone(), decider.source().to_string(), format!("{device:?}"))));
+            for job in inbox {
+                match job {
+                    Job::SystemOne(plan, reply) => {
+                        let _ = reply.send(decider.answer_plan(&plan).expect("a planned request answers"));
+                    }
+                    Job::Decide(context, schema, reply) => {
+                        let _ = reply.send(decider.decide_json(&context, Some(&schema)));
+                    }
+                }
+            }
+        })?;
+        let (prompter, source, device) = loaded.recv().context("the model thread stopped")??;
+        let limits = Limits {
+            max_rows: self.max_rows,
+            max_state_tokens: self.max_state_tokens,
+            max_row_tokens: self.max_row_tokens.unwrap_or(self.max_state_tokens + 4096),
+            max_request_tokens: self.max_request_tokens,
+            max_queue_rows: self.max_queue_rows,
+        };
+        let state = Arc::new(AppState { prompter, jobs, queued_rows: AtomicUsize::new(0), limits, source, device });
+        let app = Router::new()
+            .route("/v1/systemone", post(systemone))
+            .route("/decide", post(decide))
+            .route("/health", get(health))
+            .route("/v1/models", get(models))
+            .layer(DefaultBodyLimit::max(self.max_body_bytes))
+            .with_state(state.clone());
+        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+        runtime.block_on(async {
+            let listener = tokio::net::TcpListener::bind(self.addr).await.with_context(|| format!("binding {}", self.addr))?;
+            let demo = if self.model.is_demo() { " (demo model: random weights)" } else { "" };
+            println!("decider serving {} on http://{} with backend {}{demo}", state.prompter.config.model_name, listener.local_addr()?, self.backend);
+            axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
+            eprintln!("decider: shut down");
+            anyhow::Ok(())
+        })
+    }
+}
+
+/// Ctrl-C or SIGTERM: stop accepting, finish the requests in flight.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        if let Ok(mut signal) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            signal.recv().await;
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = terminate => {} }
+}
+
+/// Rows admitted for one request; released when the answer is in (or the client left).
+struct Admission<'a> {
+    state: &'a AppState,
+    rows: usize,
+}
+
+impl<'a> Admission<'a> {
+    fn new(state: &'a AppState, rows: usize) -> Result<Self, ApiError> {
+        let limit = state.limits.max_queue_rows;
+        let admitted = state.queued_rows.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |queued| (queued + rows <= limit).then_some(queued + rows));
+        match admitted {
+            Ok(_) => Ok(Self { state, rows }),
+            Err(queued) => Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("server busy: {queued} rows queued, the limit is {limit} (DECIDER_MAX_QUEUE_ROWS); retry later"),
+            )),
+        }
+    }
+}
+
+impl Drop for Admission<'_> {
+    fn drop(&mut self) {
+        self.state.queued_rows.fetch_sub(self.rows, Ordering::SeqCst);
+    }
+}
+
+/// One entry of FastAPI's list-shaped 422 `detail`.
+fn field_error(kind: &str, loc: &[Value], msg: &str, input: &Value) -> Value {
+    let mut loc_all = vec![json!("body")];
+    loc_all.extend_from_slice(loc);
+    json!({"type": kind, "loc": loc_all, "msg": msg, "input": input})
+}
+
+/// The body as JSON: a body over the size limit is a 413 (as JSON, like every error here),
+/// malformed JSON FastAPI's 422.
+fn parse_body(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
+    let body = body.map_err(|rejection| ApiError::new(rejection.status(), rejection.body_text()))?;
+    serde_json::from_slice(&body).map_err(|e| {
+        let offset = byte_offset(&body, e.line(), e.column());
+        let detail = json!([{"type": "json_invalid", "loc": ["body", offset], "msg": "JSON decode error", "input": {}, "ctx": {"error": e.to_string()}}]);
+        ApiError(StatusCode::UNPROCESSABLE_ENTITY, detail)
+    })
+}
+
+fn byte_offset(body: &[u8], line: usize, column: usize) -> usize {
+    let line_start: usize = body.split(|&b| b == b'\n').take(line.saturating_sub(1)).map(|l| l.len() + 1).sum();
+    (line_start + column).saturating_sub(1)
+}
+
+/// pydantic's lax boolean.
+fn lax_bool(value: &Value) -> Option<bool> {
+    match value {
+        Value::Bool(b) => Some(*b),
+        Value::Number(n) if n.as_f64() == Some(1.0) => Some(true),
+        Value::Number(n) if n.as_f64() == Some(0.0) => Some(false),
+        Value::String(s) => match s.trim().to_ascii_lowercase().as_str() {
+            "1" | "on" | "t" | "true" | "y" | "yes" => Some(true),
+            "0" | "off" | "f" | "false" | "n" | "no" => Some(false),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// `S1Req`: the fields of a `/v1/systemone` body, with pydantic's errors for wrong types.
+fn systemone_request(body: &Value, max_state_tokens: usize) -> Result<(SystemOneRequest, bool), ApiError> {
+    let Value::Object(fields) = body else {
+        let msg = "Input should be a valid dictionary or object to extract fields from";
+        return Err(ApiError(StatusCode::UNPROCESSABLE_ENTITY, json!([field_error("model_attributes_type", &[], msg, body)])));
+    };
+    let mut errors = Vec::new();
+    for required in ["state", "questions"] {
+        if !fields.contains_key(required) {
+            errors.push(field_error("missing", &[json!(required)], "Field required", body));
+        }
+    }
+    let questions = match fields.get("questions") {
+        Some(Value::Object(q)) => q.clone(),
+        Some(other) => {
+            errors.push(field_error("dict_type", &[json!("questions")], "Input should be a valid dictionary", other));
+            Map::new()
+        }
+        None => Map::new(),
+    };
+    for name in ["model", "layout"] {
+        if let Some(v) = fields.get(name).filter(|v| !v.is_null() && !v.is_string()) {
+            errors.push(field_error("string_type", &[json!(name)], "Input should be a valid string", v));
+        }
+    }
+    let independent = match fields.get("independent") {
+        None => true,
+        Some(v) => lax_bool(v).unwrap_or_else(|| {
+            errors.push(field_error("bool_parsing", &[json!("independent")], "Input should be a valid boolean, unable to interpret input", v));
+            true
+        }),
+    };
+    let has_assets = match fields.get("assets") {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(a)) => !a.is_empty(),
+        Some(other) => {
+            errors.push(field_error("dict_type", &[json!("assets")], "Input should be a valid dictionary", other));
+            false
+        }
+    };
+    if !errors.is_empty() {
+        return Err(ApiError(StatusCode::UNPROCESSABLE_ENTITY, Value::Array(errors)));
+    }
+    let mut request = SystemOneRequest::new(fields["state"].clone(), questions);
+    request.independent = independent;
+    request.max_state_tokens = max_state_tokens;
+    Ok((request, has_assets))
+}
+
+/// The 413 checks, in the reference's order: rows, then tokens per row, then per request.
+fn check_size(limits: &Limits, lengths: &[usize]) -> Result<(), ApiError> {
+    let (n, total, longest) = (lengths.len(), lengths.iter().sum::<usize>(), lengths.iter().copied().max().unwrap_or(0));
+    let message = if n > limits.max_rows {
+        format!("too many questions: the request expands to {n} scoring rows, the limit is {} (DECIDER_MAX_ROWS)", limits.max_rows)
+    } else if longest > limits.max_row_tokens {
+        format!("too many tokens: one row has {longest} tokens, the limit is {} per row (DECIDER_MAX_ROW_TOKENS)", limits.max_row_tokens)
+    } else if total > limits.max_request_tokens {
+        format!("too many tokens: the request has {total} tokens over {n} rows, the limit is {} (DECIDER_MAX_REQUEST_TOKENS)", limits.max_request_tokens)
+    } else {
+        return Ok(());
+    };
+    Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, message))
+}
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+}
+
+fn unprocessable(e: DeciderError) -> ApiError {
+    match e {
+        DeciderError::InvalidQuestion(m) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, m),
+        other => internal(other),
+    }
+}
+
+async fn systemone(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<axum::Json<decider::SystemOneResponse>, ApiError> {
+    let body = parse_body(body)?;
+    let (request, has_assets) = systemone_request(&body, state.limits.max_state_tokens)?;
+    if has_assets {
+        return Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "this server was started without image support (DECIDER_IMAGES=1)"));
+    }
+    // Tokenizing a long state is CPU work: keep it off the async workers.
+    let planner = state.clone();
+    let plan = tokio::task::spawn_blocking(move || planner.prompter.plan(&request)).await.map_err(internal)?.map_err(unprocessable)?;
+    check_size(&state.limits, &plan.rows.iter().map(|r| r.ids.len()).collect::<Vec<_>>())?;
+    let _admission = Admission::new(&state, plan.rows.len())?;
+    let (reply, answer) = oneshot::channel();
+    state.jobs.send(Job::SystemOne(plan, reply)).map_err(|_| internal("the model thread has stopped"))?;
+    Ok(axum::Json(answer.await.map_err(|_| internal("the model thread dropped the request"))?))
+}
+
+async fn decide(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Result<axum::Json<Map<String, Value>>, ApiError> {
+    let body = parse_body(body)?;
+    let context = match body.get("context") {
+        Some(Value::String(c)) => c.clone(),
+        Some(other) => {
+            return Err(ApiError(StatusCode::UNPROCESSABLE_ENTITY, json!([field_error("string_type", &[json!("context")], "Input should be a valid string", other)])));
+        }
+        None => return Err(ApiError(StatusCode::UNPROCESSABLE_ENTITY, json!([field_error("missing", &[json!("context")], "Field required", &body)]))),
+    };
+    let schema = body.get("schema").cloned().unwrap_or(Value::Null);
+    let _admission = Admission::new(&state, 1)?;
+    let (reply, answer) = oneshot::channel();
+    state.jobs.send(Job::Decide(context, schema, reply)).map_err(|_| internal("the model thread has stopped"))?;
+    let answers = answer.await.map_err(|_| internal("the model thread dropped the request"))?.map_err(unprocessable)?;
+    Ok(axum::Json(answers))
+}
+
+async fn health(State(state): State<Arc<AppState>>) -> axum::Json<Value> {
+    let config = &state.prompter.config;
+    let by_type: Map<String, Value> = [AnswerType::Choice, AnswerType::Noul, AnswerType::Score]
+        .into_iter()
+        .map(|kind| (kind.as_str().to_string(), json!(config.temperatures.of(kind, 2))))
+        .collect();
+    axum::Json(json!({
+        "ok": true,
+        "model": state.source,
+        "device": state.device,
+        "layout": "plain",
+        "temperature": config.temperature,
+        "temperature_by_type": by_type,
+    }))
+}
+
+async fn models(State(state): State<Arc<AppState>>) -> axum::Json<Value> {
+    let config = &state.prompter.config;
+    axum::Json(json!({"models": [{
+        "name": config.model_name,
+        "description": "decider: one-pass typed decisions with calibrated probabilities",
+        "release_date": config.release_date,
+    }]}))
+}

@@ -1,0 +1,232 @@
+//! The HTTP server, started as the real `decider serve` process on loopback and spoken to over
+//! real HTTP: the reference's wire format, its status codes and messages, limits, a bounded
+//! concurrent load, and graceful shutdown.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use burn::backend::NdArray;
+use decider::{Decider, SystemOneRequest};
+use serde_json::{Value, json};
+
+/// A `decider serve --model demo` process; killed when dropped.
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_decider"))
+            .args(["serve", "--model", "demo", "--addr", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start decider serve");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let banner = lines.next().expect("a start-up line").expect("utf-8");
+        let base = banner.split_whitespace().find(|w| w.starts_with("http://")).expect("the address in the banner").to_string();
+        // Keep reading stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        Server { child, base }
+    }
+
+    fn post(&self, path: &str, body: &str) -> (u16, Value) {
+        let response = ureq::post(&format!("{}{path}", self.base)).set("content-type", "application/json").send_string(body);
+        read(response)
+    }
+
+    fn get(&self, path: &str) -> (u16, Value) {
+        read(ureq::get(&format!("{}{path}", self.base)).call())
+    }
+}
+
+fn read(response: Result<ureq::Response, ureq::Error>) -> (u16, Value) {
+    let response = match response {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("transport error: {e}"),
+    };
+    let status = response.status();
+    let text = response.into_string().expect("body");
+    (status, serde_json::from_str(&text).unwrap_or_else(|_| panic!("non-JSON body ({status}): {text}")))
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A server with the default limits, for the tests that need nothing special.
+fn server() -> Server {
+    Server::start(&[])
+}
+
+fn every_type() -> Value {
+    json!({
+        "team": {"type": "choice", "instructions": "Which team should handle this?",
+                 "criteria": {"billing": "charges and refunds", "technical": null, "sales": null}},
+        "urgent": {"type": "noul", "instructions": "Is it urgent?", "criteria": {"true": "needs an answer today"}},
+        "bool_alias": {"type": "bool", "question": "Is the customer angry?"},
+        "severity": {"type": "score", "instructions": "How severe?", "criteria": {"0": "none", "1": "minor", "2": "major"}},
+        "code": {"instructions": "Which code?", "options": (0..40).map(|i| format!("code-{i}")).collect::<Vec<_>>()}
+    })
+}
+
+#[test]
+fn systemone_answers_equal_the_library_and_have_the_wire_format() {
+    let server = server();
+    let state = json!({"ticket": {"subject": "Charged twice", "lines": [1, 2, 3, 4, 5, 6, 7, 8]}});
+    for independent in [true, false] {
+        let body = json!({"model": "decider", "state": state, "questions": every_type(), "independent": independent});
+        let (status, response) = server.post("/v1/systemone", &body.to_string());
+        assert_eq!(status, 200, "{response}");
+        let keys: Vec<_> = response.as_object().unwrap().keys().cloned().collect();
+        assert_eq!(keys, ["model", "answers", "usage"]);
+        let mut request = SystemOneRequest::new(state.clone(), every_type().as_object().unwrap().clone());
+        request.independent = independent;
+        let library = Decider::<NdArray>::demo(&Default::default()).answer(&request).unwrap();
+        assert_eq!(response, serde_json::to_value(&library).unwrap(), "independent={independent}");
+        assert_eq!(response["answers"]["bool_alias"]["type"], "noul");
+        assert_eq!(response["answers"]["code"]["probabilities"].as_object().unwrap().len(), 40);
+        assert_eq!(response["usage"]["output_tokens"], 0);
+    }
+}
+
+#[test]
+fn invalid_questions_get_422_with_the_reference_message() {
+    let cases = [
+        (json!({"q": {"type": "choice", "instructions": "Pick", "criteria": (0..256).map(|i| format!("o{i}")).collect::<Vec<_>>()}}), "choice criteria: a map of 2..255 options"),
+        (json!({"q": {"type": "score", "instructions": "How?", "criteria": ["only"]}}), "score criteria: an ordered list of 2..10 level descriptions"),
+        (json!({"q": {"type": "noul", "criteria": {}}}), "noul question without instructions: criteria must describe true or false"),
+        (json!({"q": {"type": "x", "instructions": "?"}}), "unknown question type 'x'"),
+        (json!({"q": {"type": "choice", "criteria": ["a", "b"]}}), "question without instructions"),
+        (json!({"q": "not an object"}), "question \"q\" must be an object"),
+    ];
+    let server = server();
+    for (questions, message) in cases {
+        let (status, body) = server.post("/v1/systemone", &json!({"state": "s", "questions": questions}).to_string());
+        assert_eq!((status, body["detail"].as_str()), (422, Some(message)), "{questions}");
+    }
+}
+
+#[test]
+fn malformed_bodies_get_fastapi_style_422() {
+    let cases = [
+        ("{\"state\": \"s\", \"questions\": ", "json_invalid"),
+        ("[1, 2]", "model_attributes_type"),
+        ("{\"questions\": {}}", "missing"),
+        ("{\"state\": \"s\", \"questions\": [1]}", "dict_type"),
+        ("{\"state\": \"s\", \"questions\": {}, \"independent\": \"maybe\"}", "bool_parsing"),
+        ("{\"state\": \"s\", \"questions\": {}, \"model\": 5}", "string_type"),
+    ];
+    let server = server();
+    for (body, kind) in cases {
+        let (status, response) = server.post("/v1/systemone", body);
+        assert_eq!(status, 422, "{body}: {response}");
+        assert_eq!(response["detail"][0]["type"], kind, "{body}: {response}");
+        assert_eq!(response["detail"][0]["loc"][0], "body");
+    }
+    // pydantic reads "yes" as true; no questions answer nothing and count no tokens.
+    let (status, response) = server.post("/v1/systemone", "{\"state\": \"s\", \"questions\": {}, \"independent\": \"yes\"}");
+    assert_eq!((status, response), (200, json!({"model": "decider-demo-random-weights", "answers": {}, "usage": {"input_tokens": 0, "output_tokens": 0}})));
+}
+
+#[test]
+fn health_models_and_decide_routes() {
+    let server = server();
+    let (status, health) = server.get("/health");
+    assert_eq!(status, 200);
+    assert_eq!((health["ok"].as_bool(), health["model"].as_str(), health["layout"].as_str()), (Some(true), Some("demo"), Some("plain")));
+    assert_eq!(health["temperature_by_type"]["noul"], 1.0);
+    let (_, models) = server.get("/v1/models");
+    assert_eq!(models["models"][0]["name"], "decider-demo-random-weights");
+
+    let body = json!({"context": "My card was charged twice.", "schema": {
+        "Which team?": {"type": "choice", "options": ["billing", "technical"]},
+        "Urgent?": {"type": "bool"},
+        "How bad?": {"type": "scale", "legend": {"1": "mild", "5": "severe"}}}});
+    let (status, answers) = server.post("/decide", &body.to_string());
+    assert_eq!(status, 200, "{answers}");
+    assert_eq!(answers.as_object().unwrap().keys().collect::<Vec<_>>(), ["Which team?", "Urgent?", "How bad?"]);
+    assert_eq!(answers["How bad?"]["legend"], json!({"1": "mild", "5": "severe"}));
+    let score = answers["How bad?"]["score"].as_f64().unwrap();
+    assert!((1.0..=5.0).contains(&score), "a scale score is on the legend's own scale: {score}");
+    assert_eq!(server.post("/decide", "{\"context\": \"x\", \"schema\": {}}"), (200, json!({})));
+    let (status, error) = server.post("/decide", "{\"context\": \"x\", \"schema\": {\"q\": {\"type\": \"choice\", \"options\": []}}}");
+    assert_eq!(status, 422);
+    assert!(error["detail"].as_str().unwrap().starts_with("schema['q']: \"options\" must be a non-empty list of strings"), "{error}");
+}
+
+#[test]
+fn size_limits_give_413_and_a_long_state_is_truncated() {
+    let server = Server::start(&["--max-state-tokens", "64", "--max-row-tokens", "120", "--max-rows", "20", "--max-body-bytes", "100000"]);
+    let long_state = "word ".repeat(2000);
+    let question = json!({"q": {"type": "noul", "instructions": "Is it long?"}});
+    let (status, response) = server.post("/v1/systemone", &json!({"state": long_state, "questions": question}).to_string());
+    assert_eq!(status, 200, "the state is cut to 64 tokens: {response}");
+    assert!(response["usage"]["input_tokens"].as_u64().unwrap() < 120);
+
+    let long_question = json!({"q": {"type": "noul", "instructions": "why ".repeat(100)}});
+    let (status, response) = server.post("/v1/systemone", &json!({"state": "s", "questions": long_question}).to_string());
+    assert_eq!(status, 413);
+    assert!(response["detail"].as_str().unwrap().starts_with("too many tokens: one row has"), "{response}");
+
+    let many: serde_json::Map<String, Value> =
+        (0..3).map(|i| (format!("s{i}"), json!({"type": "score", "instructions": "How?", "criteria": (0..10).map(|l| format!("level {l}")).collect::<Vec<_>>()}))).collect();
+    let (status, response) = server.post("/v1/systemone", &json!({"state": "s", "questions": many}).to_string());
+    assert_eq!(status, 413, "30 isolated level rows > 20: {response}");
+    assert!(response["detail"].as_str().unwrap().starts_with("too many questions: the request expands to 30 scoring rows"));
+
+    let (status, _) = read(ureq::post(&format!("{}/v1/systemone", server.base)).send_string(&"x".repeat(200_000)));
+    assert_eq!(status, 413, "a body over --max-body-bytes");
+}
+
+/// 8 clients sending at once, `per_client` requests each.
+fn load(server: &Server, per_client: usize) -> Vec<(u16, Value)> {
+    let body = json!({"state": "The printer on floor 3 is jammed again.", "questions": {
+        "team": {"type": "choice", "instructions": "Team?", "criteria": ["facilities", "it", "hr"]},
+        "urgent": {"type": "noul", "instructions": "Urgent?"}}})
+    .to_string();
+    std::thread::scope(|scope| {
+        let clients: Vec<_> = (0..8).map(|_| scope.spawn(|| (0..per_client).map(|_| server.post("/v1/systemone", &body)).collect::<Vec<_>>())).collect();
+        clients.into_iter().flat_map(|c| c.join().expect("client thread")).collect()
+    })
+}
+
+#[test]
+fn concurrent_load_is_answered_or_refused_with_503() {
+    // Within the queue bound every request is answered, all alike.
+    let roomy = server();
+    let results = load(&roomy, 15);
+    assert!(results.iter().all(|(status, _)| *status == 200), "{:?}", results.iter().find(|(s, _)| *s != 200));
+    assert!(results.windows(2).all(|w| w[0].1 == w[1].1), "every answer is the same");
+    drop(roomy);
+
+    // With room for 4 requests (2 rows each), the rest is refused with 503 and the server lives on.
+    let tight = Server::start(&["--max-queue-rows", "8"]);
+    let results = load(&tight, 25);
+    assert_eq!(results.len(), 200);
+    let answered = results.iter().filter(|(s, _)| *s == 200).count();
+    let refused: Vec<_> = results.iter().filter(|(s, _)| *s == 503).collect();
+    assert_eq!(answered + refused.len(), 200, "only 200 and 503: {:?}", results.iter().find(|(s, _)| *s != 200 && *s != 503));
+    assert!(answered >= 4, "{answered} answered");
+    for (_, r) in &refused {
+        assert!(r["detail"].as_str().unwrap().starts_with("server busy: "), "{r}");
+    }
+    println!("load: 120 of 120 answered with the default queue; {answered} answered, {} refused with 503 with a queue of 8 rows", refused.len());
+    assert_eq!(tight.get("/health").0, 200, "the server is still up");
+}
+
+#[cfg(unix)]
+#[test]
+fn sigterm_shuts_down_gracefully() {
+    let mut server = Server::start(&[]);
+    assert_eq!(server.get("/health").0, 200);
+    let status = Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let exit = server.child.wait().unwrap();
+    assert!(exit.success(), "exit status {exit}");
+}

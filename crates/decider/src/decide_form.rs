@@ -1,0 +1,158 @@
+//! The `/decide` form (decider.md §1.3): `{"context": str, "schema": {question: field}}` with
+//! fields `{"type": "choice", "options": [...]}`, `{"type": "bool"}` or
+//! `{"type": "scale", "legend": [...] | {number: description}}`. All questions are packed into
+//! one row after the context (capped at 1,536 tokens).
+
+use decider_ops::DeciderOps;
+use serde_json::{Map, Value};
+
+use crate::answer::{argmax, py_round};
+use crate::engine::{DECIDE_MAX_CONTEXT_TOKENS, Decider, neutralize};
+use crate::error::DeciderError;
+use crate::prompt::{RowQuestion, context_ids, row};
+use crate::python_json::{py_repr, py_str};
+use crate::question::AnswerType;
+
+const FORM: &str = "schema: a map {question: field}, each field one of {\"type\": \"choice\", \"options\": [option strings]}, {\"type\": \"bool\"} or {\"type\": \"scale\", \"legend\": [descriptions] or {level number: description}}";
+
+/// One schema field, ready for the prompt.
+struct Field {
+    kind: &'static str,
+    /// Option texts shown to the model (neutralised where the config asks).
+    shown: Vec<String>,
+    /// Names reported back (the options as given).
+    names: Vec<String>,
+    /// Scale: the legend keys' values, in option order.
+    keys: Vec<f64>,
+    key_names: Vec<String>,
+}
+
+fn invalid(message: String) -> DeciderError {
+    DeciderError::InvalidQuestion(message)
+}
+
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "NoneType",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_f64() => "float",
+        Value::Number(_) => "int",
+        Value::String(_) => "str",
+        Value::Array(_) => "list",
+        Value::Object(_) => "dict",
+    }
+}
+
+/// `Decider._check_schema` + `_schema_to_questions`.
+fn fields(schema: Option<&Value>, neutralize_none: bool) -> Result<Vec<(String, Field)>, DeciderError> {
+    let schema = match schema {
+        None | Some(Value::Null) => return Err(invalid(format!("schema is required; {FORM}"))),
+        Some(Value::Object(map)) => map,
+        Some(other) => return Err(invalid(format!("schema is a {}; {FORM}", type_name(other)))),
+    };
+    let mut out = Vec::with_capacity(schema.len());
+    for (question, spec) in schema {
+        let at = format!("schema[{}]", py_repr(&Value::String(question.clone())));
+        let spec = spec.as_object().ok_or_else(|| invalid(format!("{at} is a {}, not a field object; {FORM}", type_name(spec))))?;
+        let kind = spec.get("type").cloned().unwrap_or(Value::String("choice".into()));
+        let field = match kind.as_str() {
+            Some("choice") => {
+                let options: Vec<String> = match spec.get("options") {
+                    Some(Value::Array(items)) if !items.is_empty() && items.iter().all(Value::is_string) => items.iter().map(py_str).collect(),
+                    Some(Value::Object(map)) if !map.is_empty() => map.keys().cloned().collect(),
+                    _ => return Err(invalid(format!("{at}: \"options\" must be a non-empty list of strings; {FORM}"))),
+                };
+                let shown = options.iter().map(|o| if neutralize_none { neutralize(o) } else { o.clone() }).collect();
+                Field { kind: "choice", shown, names: options, keys: vec![], key_names: vec![] }
+            }
+            Some("bool") => {
+                let options = vec!["no".to_string(), "yes".to_string()];
+                Field { kind: "bool", shown: options.clone(), names: options, keys: vec![], key_names: vec![] }
+            }
+            Some("scale") => {
+                let legend = spec.get("legend");
+                let (keys, key_names, descriptions): (Vec<f64>, Vec<String>, Vec<Value>) = match legend {
+                    Some(Value::Array(items)) if !items.is_empty() => {
+                        ((0..items.len()).map(|i| i as f64).collect(), (0..items.len()).map(|i| i.to_string()).collect(), items.clone())
+                    }
+                    Some(Value::Object(map)) if !map.is_empty() => {
+                        let mut keyed = Vec::new();
+                        for (key, description) in map {
+                            let value = key.trim().parse::<f64>().ok().filter(|v| v.is_finite()).ok_or_else(|| {
+                                invalid(format!("{at}: every \"legend\" key must be a finite level number, got {}; {FORM}", py_repr(&Value::String(key.clone()))))
+                            })?;
+                            keyed.push((value, key.clone(), description.clone()));
+                        }
+                        keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
+                        (keyed.iter().map(|k| k.0).collect(), keyed.iter().map(|k| k.1.clone()).collect(), keyed.into_iter().map(|k| k.2).collect())
+                    }
+                    _ => return Err(invalid(format!("{at}: \"legend\" must be a non-empty list or {{level number: description}} map; {FORM}"))),
+                };
+                let shown: Vec<String> = key_names.iter().zip(&descriptions).map(|(k, d)| format!("{k}: {}", py_str(d))).collect();
+                Field { kind: "scale", names: shown.clone(), shown, keys, key_names }
+            }
+            _ => return Err(invalid(format!("unknown field type {}", py_str(&kind)))),
+        };
+        out.push((question.clone(), field));
+    }
+    Ok(out)
+}
+
+impl<B: DeciderOps> Decider<B> {
+    /// Answers the `/decide` form; an empty schema answers `{}` without running the model.
+    pub fn decide_json(&self, context: &str, schema: Option<&Value>) -> Result<Map<String, Value>, DeciderError> {
+        let config = &self.prompter().config;
+        let fields = fields(schema, config.neutralize_none)?;
+        if fields.is_empty() {
+            return Ok(Map::new());
+        }
+        let tokenizer = &self.prompter().tokenizer;
+        let questions: Vec<RowQuestion> = fields
+            .iter()
+            .map(|(q, f)| {
+                let kind = match f.kind {
+                    "bool" => AnswerType::Noul,
+                    "scale" => AnswerType::Score,
+                    _ => AnswerType::Choice,
+                };
+                (q.clone(), f.shown.clone(), kind)
+            })
+            .collect();
+        let context = context_ids(tokenizer, context, DECIDE_MAX_CONTEXT_TOKENS);
+        let rows = [row(tokenizer, &context, &questions)];
+        let probabilities = self.slot_probabilities(&rows);
+        let schema = schema.and_then(Value::as_object).expect("checked above");
+        Ok(fields
+            .iter()
+            .zip(probabilities)
+            .map(|((question, field), p)| {
+                let j = argmax(&p);
+                let mut answer = Map::new();
+                match field.kind {
+                    "bool" => {
+                        answer.insert("noul".into(), py_round(p[1], 4).into());
+                        answer.insert("type".into(), "noul".into());
+                    }
+                    "choice" => {
+                        answer.insert("choice".into(), field.names[j].clone().into());
+                        answer.insert("confidence".into(), py_round(p[j], 4).into());
+                        answer.insert("type".into(), "choice".into());
+                        let probs = field.names.iter().zip(&p).map(|(n, x)| (n.clone(), py_round(*x, 4).into())).collect();
+                        answer.insert("probabilities".into(), Value::Object(probs));
+                    }
+                    _ => {
+                        let score: f64 = field.keys.iter().zip(&p).map(|(k, x)| k * x).sum();
+                        answer.insert("score".into(), py_round(score, 2).into());
+                        answer.insert("confidence".into(), py_round(p[j], 4).into());
+                        answer.insert("type".into(), "scale".into());
+                        answer.insert("legend".into(), schema[question]["legend"].clone());
+                        let probs = field.key_names.iter().zip(&p).map(|(k, x)| (k.clone(), py_round(*x, 4).into())).collect();
+                        answer.insert("probabilities".into(), Value::Object(probs));
+                    }
+                }
+                (question.clone(), Value::Object(answer))
+            })
+            .collect())
+    }
+}
+
