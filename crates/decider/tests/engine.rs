@@ -106,3 +106,30 @@ fn invalid_questions_are_refused_with_the_reference_message() {
     let err = decider.system_one(json!("s"), bad.as_object().unwrap().clone()).unwrap_err();
     assert_eq!(err.to_string(), "choice criteria: a map of 2..255 options");
 }
+
+/// The readout projects onto the label rows only; those logits must equal the label columns of
+/// the full output head, for tied embeddings (the demo) and for a separate `lm_head`.
+#[test]
+fn label_logits_equal_the_full_output_head_at_the_label_columns() {
+    use burn::tensor::{Int, Tensor, TensorData};
+    use decider::Prompter;
+    use decider::demo::{demo_config, demo_model};
+
+    let device = Default::default();
+    let mut untied = demo_config();
+    untied.tie_word_embeddings = false;
+    for (name, model) in [("tied", demo_model::<B>(&device)), ("untied lm_head", untied.init::<B>(&device))] {
+        let decider = Decider::new(model, Prompter::demo(), &device, name.into()).unwrap();
+        let plan = decider.prompter().plan(&SystemOneRequest::new(state(), questions())).unwrap();
+        let row = &plan.rows[0];
+        let ours = decider.slot_logits(std::slice::from_ref(row));
+        let ids: Vec<i64> = row.ids.iter().map(|&i| i as i64).collect();
+        let logits = decider.model().forward(Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, row.ids.len()]), &device));
+        let at_slot = logits.slice([0..1, row.slots[0]..row.slots[0] + 1]).into_data().into_vec::<f32>().unwrap();
+        let labels = &decider.prompter().tokenizer.labels().ids;
+        for (j, &id) in labels.iter().enumerate() {
+            let full = at_slot[id as usize];
+            assert!((ours[0][j] - full).abs() <= 1e-5 * full.abs().max(1.0), "{name}: label {j}: {} vs {full}", ours[0][j]);
+        }
+    }
+}
