@@ -4,6 +4,7 @@
 //!   in `assets/tokenizer/` (needs Python 3 and network access to PyPI; creates a virtual
 //!   environment in `target/`).
 //! - `bench`: run the benchmarks.
+//! - `jevbench`: the JevBench public items against a model or a `/v1/systemone` endpoint.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -31,6 +32,9 @@ enum Task {
     /// Run the criterion benchmarks: the 2B-shaped forward, the two special ops (specialised vs
     /// generic vs naive) and the chunked delta rule, on every backend of this platform.
     Bench,
+    /// Run the 231 JevBench public items against a model (in-process) or an endpoint and score
+    /// them as JevBench does; writes results.json, records.jsonl and report.html.
+    Jevbench(xtask::jevbench::JevbenchArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -61,6 +65,7 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Task::Jevbench(args) => decider_cli::backend::dispatch(args.backend, &args),
         Task::Bench => {
             let cargo = || {
                 let mut command = Command::new(env!("CARGO"));

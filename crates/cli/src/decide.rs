@@ -7,8 +7,8 @@ use decider::SystemOneRequest;
 use decider_ops::DeciderOps;
 use serde_json::{Map, Value};
 
-use crate::backend::{BackendName, GenericTask};
-use crate::model_source::ModelSource;
+use decider_cli::backend::{BackendName, GenericTask};
+use decider_cli::model_source::ModelSource;
 
 #[derive(clap::Args)]
 pub struct DecideArgs {

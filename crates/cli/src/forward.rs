@@ -9,7 +9,7 @@ use burn::tensor::{Int, Tensor, TensorData};
 use decider_ops::DeciderOps;
 use npyz::WriterBuilder;
 
-use crate::backend::{BackendName, GenericTask};
+use decider_cli::backend::{BackendName, GenericTask};
 
 #[derive(clap::Args)]
 pub struct ForwardArgs {

@@ -4,8 +4,8 @@ use decider_ops::DeciderOps;
 use qwen35::decoder::{DecoderLayer, FeedForward, TokenMixer};
 use serde_json::json;
 
-use crate::backend::{BackendName, GenericTask};
-use crate::model_source::ModelSource;
+use decider_cli::backend::{BackendName, GenericTask};
+use decider_cli::model_source::ModelSource;
 
 #[derive(clap::Args)]
 pub struct InfoArgs {

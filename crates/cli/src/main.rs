@@ -1,16 +1,13 @@
 //! `decider`: run Qwen3.5 decider models on any burn backend compiled into this build.
 
-mod backend;
 mod decide;
 mod forward;
 mod info;
-mod model_source;
 mod prompt;
-mod serve;
 
 use clap::{Parser, Subcommand};
-
-use crate::backend::BackendName;
+use decider_cli::backend::{self, BackendName};
+use decider_cli::serve;
 
 #[derive(Parser)]
 #[command(name = "decider", version, about = "Run the decider decision models on burn (ndarray, candle, wgpu)")]

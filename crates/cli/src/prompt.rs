@@ -7,7 +7,7 @@ use anyhow::Context;
 use decider::SystemOneRequest;
 use serde_json::{Value, json};
 
-use crate::model_source::ModelSource;
+use decider_cli::model_source::ModelSource;
 
 #[derive(clap::Args)]
 pub struct PromptArgs {

@@ -95,57 +95,88 @@ impl IntoResponse for ApiError {
     }
 }
 
+impl ServeArgs {
+    /// The defaults of `decider serve --model MODEL --addr 127.0.0.1:0` (a free port).
+    pub fn new(model: ModelSource) -> Self {
+        Self {
+            model,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            backend: BackendName::default_name(),
+            max_rows: 1024,
+            max_state_tokens: 32768,
+            max_row_tokens: None,
+            max_request_tokens: 1 << 20,
+            max_queue_rows: 4096,
+            max_body_bytes: 64 << 20,
+        }
+    }
+}
+
 impl GenericTask for &ServeArgs {
     fn run<B: DeciderOps>(self, device: &B::Device) -> anyhow::Result<()> {
-        let (jobs, inbox) = mpsc::channel::<Job>();
-        let (ready, loaded) = mpsc::channel();
-        let model = self.model.clone();
-        let device = device.clone();
-        // The model thread owns the model: it loads it, then answers jobs until the server
-        // drops its sender.
-        std::thread::Builder::new().name("model".into()).spawn(move || {
-            let decider = match model.load::<B>(&device) {
-                Ok(decider) => decider,
-                Err(e) => return ready.send(Err(e)).unwrap_or(()),
-            };
-            let _ = ready.send(Ok((decider.prompter().clone(), decider.source().to_string(), format!("{device:?}"))));
-            for job in inbox {
-                match job {
-                    Job::SystemOne(plan, reply) => {
-                        let _ = reply.send(decider.answer_plan(&plan).expect("a planned request answers"));
-                    }
-                    Job::Decide(context, schema, reply) => {
-                        let _ = reply.send(decider.decide_json(&context, Some(&schema)));
-                    }
+        let demo = if self.model.is_demo() { " (demo model: random weights)" } else { "" };
+        serve::<B>(self, device, shutdown_signal(), |name, addr| {
+            println!("decider serving {name} on http://{addr} with backend {}{demo}", self.backend);
+        })?;
+        eprintln!("decider: shut down");
+        Ok(())
+    }
+}
+
+/// Loads the model, binds `args.addr`, calls `ready` with the model name and bound address, and
+/// serves until `shutdown` completes; requests in flight are finished first.
+pub fn serve<B: DeciderOps>(
+    args: &ServeArgs,
+    device: &B::Device,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    ready: impl FnOnce(&str, SocketAddr),
+) -> anyhow::Result<()> {
+    let (jobs, inbox) = mpsc::channel::<Job>();
+    let (loaded_tx, loaded) = mpsc::channel();
+    let model = args.model.clone();
+    let device = device.clone();
+    // The model thread owns the model: it loads it, then answers jobs until the server
+    // drops its sender.
+    std::thread::Builder::new().name("model".into()).spawn(move || {
+        let decider = match model.load::<B>(&device) {
+            Ok(decider) => decider,
+            Err(e) => return loaded_tx.send(Err(e)).unwrap_or(()),
+        };
+        let _ = loaded_tx.send(Ok((decider.prompter().clone(), decider.source().to_string(), format!("{device:?}"))));
+        for job in inbox {
+            match job {
+                Job::SystemOne(plan, reply) => {
+                    let _ = reply.send(decider.answer_plan(&plan).expect("a planned request answers"));
+                }
+                Job::Decide(context, schema, reply) => {
+                    let _ = reply.send(decider.decide_json(&context, Some(&schema)));
                 }
             }
-        })?;
-        let (prompter, source, device) = loaded.recv().context("the model thread stopped")??;
-        let limits = Limits {
-            max_rows: self.max_rows,
-            max_state_tokens: self.max_state_tokens,
-            max_row_tokens: self.max_row_tokens.unwrap_or(self.max_state_tokens + 4096),
-            max_request_tokens: self.max_request_tokens,
-            max_queue_rows: self.max_queue_rows,
-        };
-        let state = Arc::new(AppState { prompter, jobs, queued_rows: AtomicUsize::new(0), limits, source, device });
-        let app = Router::new()
-            .route("/v1/systemone", post(systemone))
-            .route("/decide", post(decide))
-            .route("/health", get(health))
-            .route("/v1/models", get(models))
-            .layer(DefaultBodyLimit::max(self.max_body_bytes))
-            .with_state(state.clone());
-        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-        runtime.block_on(async {
-            let listener = tokio::net::TcpListener::bind(self.addr).await.with_context(|| format!("binding {}", self.addr))?;
-            let demo = if self.model.is_demo() { " (demo model: random weights)" } else { "" };
-            println!("decider serving {} on http://{} with backend {}{demo}", state.prompter.config.model_name, listener.local_addr()?, self.backend);
-            axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
-            eprintln!("decider: shut down");
-            anyhow::Ok(())
-        })
-    }
+        }
+    })?;
+    let (prompter, source, device) = loaded.recv().context("the model thread stopped")??;
+    let limits = Limits {
+        max_rows: args.max_rows,
+        max_state_tokens: args.max_state_tokens,
+        max_row_tokens: args.max_row_tokens.unwrap_or(args.max_state_tokens + 4096),
+        max_request_tokens: args.max_request_tokens,
+        max_queue_rows: args.max_queue_rows,
+    };
+    let state = Arc::new(AppState { prompter, jobs, queued_rows: AtomicUsize::new(0), limits, source, device });
+    let app = Router::new()
+        .route("/v1/systemone", post(systemone))
+        .route("/decide", post(decide))
+        .route("/health", get(health))
+        .route("/v1/models", get(models))
+        .layer(DefaultBodyLimit::max(args.max_body_bytes))
+        .with_state(state.clone());
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(args.addr).await.with_context(|| format!("binding {}", args.addr))?;
+        ready(&state.prompter.config.model_name, listener.local_addr()?);
+        axum::serve(listener, app).with_graceful_shutdown(shutdown).await?;
+        anyhow::Ok(())
+    })
 }
 
 /// Ctrl-C or SIGTERM: stop accepting, finish the requests in flight.

@@ -1,0 +1,6 @@
+//! The pieces of the `decider` binary that other tools reuse (`cargo xtask jevbench`): the
+//! backends of this build and the dispatch to them, `--model` sources, and the HTTP server.
+
+pub mod backend;
+pub mod model_source;
+pub mod serve;

@@ -1,0 +1,128 @@
+//! `cargo xtask jevbench`: the JevBench public items against a model in this process or any
+//! `/v1/systemone` endpoint, scored as JevBench scores them.
+
+pub mod client;
+pub mod items;
+pub mod metrics;
+pub mod record;
+pub mod report;
+pub mod runner;
+pub mod scoring;
+pub mod summary;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use decider_cli::backend::{BackendName, GenericTask};
+use decider_cli::model_source::ModelSource;
+use decider_ops::DeciderOps;
+use serde_json::{Value, json};
+
+use self::client::{Endpoint, Http, InProcess};
+use self::items::{Item, TIERS, load_tier};
+use self::summary::Summary;
+
+#[derive(clap::Args, Clone)]
+pub struct JevbenchArgs {
+    /// Model folder, or `demo` (random weights). Ignored with --endpoint.
+    #[arg(long, default_value = "demo")]
+    pub model: ModelSource,
+    #[arg(long, value_enum, default_value_t = BackendName::default_name())]
+    pub backend: BackendName,
+    /// Tiers to run, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "easy,standard,hard")]
+    pub tiers: Vec<String>,
+    /// Base URL of a /v1/systemone server (ours or another) instead of the model in-process.
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// The `model` field sent with every request.
+    #[arg(long, default_value = "decider")]
+    pub request_model: String,
+    /// Folder for results.json, records.jsonl and report.html (must not hold a previous run).
+    #[arg(long, default_value = "target/jevbench")]
+    pub out: PathBuf,
+    /// Run only the first N items of each tier.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// The selected items, in tier order.
+pub fn select_items(assets: &Path, tiers: &[String], limit: Option<usize>) -> anyhow::Result<Vec<Item>> {
+    let mut items = Vec::new();
+    for name in tiers {
+        let tier = TIERS.iter().find(|t| t.name == name).with_context(|| format!("unknown tier {name:?}; the tiers are easy, standard, hard"))?;
+        let mut tier_items = load_tier(assets, tier)?;
+        tier_items.truncate(limit.unwrap_or(usize::MAX));
+        items.extend(tier_items);
+    }
+    Ok(items)
+}
+
+/// Where the JevBench items are committed.
+pub fn assets_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/jevbench")
+}
+
+/// Runs, scores and writes the outputs; returns the summary.
+pub fn run_and_report(args: &JevbenchArgs, endpoint: &mut dyn Endpoint, meta: Value) -> anyhow::Result<Summary> {
+    let items = select_items(&assets_dir(), &args.tiers, args.limit)?;
+    let outcome = runner::run(endpoint, &items, &args.request_model, !args.quiet);
+    let summary = Summary::new(&items, &outcome.records, outcome.stopped, meta);
+    write_outputs(&args.out, &summary, &outcome.records)?;
+    Ok(summary)
+}
+
+fn write_outputs(out: &Path, summary: &Summary, records: &[record::Record]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    if out.join("results.json").exists() {
+        bail!("{} already holds a run (results.json); choose another --out or remove it", out.display());
+    }
+    std::fs::write(out.join("results.json"), serde_json::to_string_pretty(summary)?)?;
+    let mut jsonl = std::io::BufWriter::new(std::fs::File::create(out.join("records.jsonl"))?);
+    for r in records {
+        writeln!(jsonl, "{}", serde_json::to_string(r)?)?;
+    }
+    jsonl.flush()?;
+    std::fs::write(out.join("report.html"), report::html(summary, records))?;
+    Ok(())
+}
+
+fn meta(args: &JevbenchArgs, model: &str, source: &str, random: bool) -> Value {
+    json!({
+        "model": model,
+        "source": source,
+        "backend": if args.endpoint.is_some() { "endpoint".to_string() } else { args.backend.to_string() },
+        "endpoint": args.endpoint,
+        "random_weights": random,
+        "tiers": args.tiers,
+        "limit": args.limit,
+        "date": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "versions": {"decider": env!("CARGO_PKG_VERSION"), "burn": "0.21.0"},
+    })
+}
+
+impl GenericTask for &JevbenchArgs {
+    fn run<B: DeciderOps>(self, device: &B::Device) -> anyhow::Result<()> {
+        let summary = match &self.endpoint {
+            Some(url) => {
+                let meta = meta(self, &self.request_model, url, false);
+                run_and_report(self, &mut Http::new(url), meta)?
+            }
+            None => {
+                let decider = self.model.load::<B>(device)?;
+                let meta = meta(self, decider.name(), decider.source(), self.model.is_demo());
+                run_and_report(self, &mut InProcess(&decider), meta)?
+            }
+        };
+        print!("{}", report::table(&summary));
+        if self.model.is_demo() && self.endpoint.is_none() {
+            println!("demo model: random weights, so accuracy near chance is expected.");
+        }
+        println!("wrote {}/{{results.json, records.jsonl, report.html}}", self.out.display());
+        Ok(())
+    }
+}
