@@ -15,7 +15,8 @@ use crate::answer::{assemble, argmax};
 use crate::config::DeciderConfig;
 use crate::demo::{DEMO_DECIDER_CONFIG, demo_model};
 use crate::error::DeciderError;
-use crate::prompt::{Plan, PlanOptions, Row, common_prefix, plan};
+use crate::prompt::{Plan, PlanOptions, Row, RowQuestion, common_prefix, context_ids, plan, row};
+use crate::tokenizer::MAX_OPTIONS;
 use crate::question::AnswerType;
 use crate::readout::probabilities;
 use crate::tokenizer::Tokenizer;
@@ -54,6 +55,28 @@ impl Prompter {
             max_state_tokens: request.max_state_tokens,
         };
         plan(&self.tokenizer, &request.state, &request.questions, options)
+    }
+
+    /// The one row of `Decider.decide(context, questions)`: the context capped at 1,536 tokens,
+    /// then every question with its options as given (none-of-the-above options neutralised
+    /// when the config asks).
+    pub fn decide_row(&self, context: &str, questions: &[DecideQuestion]) -> Result<Row, DeciderError> {
+        if let Some(q) = questions.iter().find(|q| q.options.is_empty() || q.options.len() > MAX_OPTIONS) {
+            return Err(DeciderError::InvalidQuestion(format!(
+                "decide: question {:?} has {} options; 1..{MAX_OPTIONS} are supported",
+                q.question,
+                q.options.len()
+            )));
+        }
+        let neutral = self.config.neutralize_none;
+        let row_questions: Vec<RowQuestion> = questions
+            .iter()
+            .map(|q| {
+                let shown = q.options.iter().map(|o| if neutral { neutralize(o) } else { o.clone() }).collect();
+                (q.question.clone(), shown, AnswerType::Choice)
+            })
+            .collect();
+        Ok(row(&self.tokenizer, &context_ids(&self.tokenizer, context, DECIDE_MAX_CONTEXT_TOKENS), &row_questions))
     }
 
     /// The temperature of every slot of `rows`, in row order.
@@ -222,29 +245,14 @@ impl<B: DeciderOps> Decider<B> {
     }
 
     /// `Decider.decide(context, questions)`: choice questions packed into one row after the
-    /// context (capped at 1,536 tokens); `abstain_below` leaves `choice` empty under that p_max.
+    /// context (capped at 1,536 tokens), options as given (none-of-the-above options neutralised
+    /// when the config asks); `abstain_below` leaves `choice` empty under that p_max.
     pub fn decide(&self, context: &str, questions: &[DecideQuestion], abstain_below: f64) -> Result<Vec<DecideAnswer>, DeciderError> {
         if questions.is_empty() {
             return Ok(vec![]);
         }
-        let neutral = self.prompter.config.neutralize_none;
-        let mut specs = Map::new();
-        for (k, q) in questions.iter().enumerate() {
-            let options: Vec<Value> = q.options.iter().map(|o| if neutral { neutralize(o) } else { o.clone() }.into()).collect();
-            let spec = serde_json::json!({"type": "choice", "instructions": q.question, "criteria": options});
-            specs.insert(k.to_string(), spec);
-        }
-        let request = SystemOneRequest {
-            state: Value::String(context.to_string()),
-            questions: specs,
-            independent: false,
-            max_state_tokens: DECIDE_MAX_CONTEXT_TOKENS,
-        };
-        let plan = self.prompter.plan(&request)?;
-        if plan.questions.iter().zip(questions).any(|(p, q)| p.question.options.len() != q.options.len()) {
-            return Err(DeciderError::InvalidQuestion("decide: options must be distinct".into()));
-        }
-        let probabilities = self.slot_probabilities(&plan.rows);
+        let rows = [self.prompter.decide_row(context, questions)?];
+        let probabilities = self.slot_probabilities(&rows);
         Ok(questions
             .iter()
             .zip(probabilities)

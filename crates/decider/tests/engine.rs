@@ -85,7 +85,7 @@ fn packed_rows_read_every_slot() {
 fn decide_answers_each_question_in_one_packed_row() {
     let decider = Decider::<B>::demo(&Default::default());
     let questions = [
-        DecideQuestion { question: "Which department?".into(), options: vec!["billing".into(), "technical".into(), "sales".into()] },
+        DecideQuestion { question: "Which team?".into(), options: vec!["billing".into(), "technical".into(), "sales".into()] },
         DecideQuestion { question: "Sentiment?".into(), options: vec!["negative".into(), "positive".into()] },
     ];
     let answers = decider.decide("My card was charged twice.", &questions, 0.0).unwrap();
@@ -95,6 +95,10 @@ fn decide_answers_each_question_in_one_packed_row() {
         assert!((answer.probs_list.iter().sum::<f64>() - 1.0).abs() < 1e-5);
         assert!(q.options.contains(answer.choice.as_ref().unwrap()));
     }
+    // decider.md §2.3 (`decide/one_question`): 34 tokens, the slot at 33, A..C as `(A`-style tokens.
+    let row = decider.prompter().decide_row("My card was charged twice.", &questions[..1]).unwrap();
+    assert_eq!((row.ids.len(), row.slots.clone()), (34, vec![33]));
+    assert_eq!(row.ids[33], 318, "the slot is the ` (` token");
     let abstained = decider.decide("x", &questions[..1], 1.01).unwrap();
     assert_eq!(abstained[0].choice, None, "p_max below abstain_below leaves the choice empty");
 }

@@ -30,10 +30,13 @@ pub fn run(endpoint: &mut dyn Endpoint, items: &[Item], model: &str, progress: b
         let latency = start.elapsed().as_secs_f64();
         let stop = match &response {
             Err(Failure::Status(code @ (401 | 403 | 429), _)) => Some(format!("HTTP {code} on {}", item.id)),
-            Err(Failure::Status(422, _)) | Ok(_) => {
+            Ok(_) => {
                 failures_in_a_row = 0;
                 None
             }
+            // A refused question is the answer's failure, not the endpoint's: it neither counts
+            // towards the three nor resets them.
+            Err(Failure::Status(422, _)) => None,
             Err(_) => {
                 failures_in_a_row += 1;
                 (failures_in_a_row >= 3).then(|| format!("three failed requests in a row, the last on {}", item.id))
@@ -50,4 +53,63 @@ pub fn run(endpoint: &mut dyn Endpoint, items: &[Item], model: &str, progress: b
     }
     bar.finish_and_clear();
     RunOutcome { records, stopped }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    /// An endpoint that replays canned outcomes.
+    struct Replay(Vec<Result<Value, Failure>>);
+
+    impl Endpoint for Replay {
+        fn post(&mut self, _: &Value) -> Result<Value, Failure> {
+            self.0.remove(0)
+        }
+    }
+
+    fn items(n: usize) -> Vec<Item> {
+        (0..n)
+            .map(|i| Item {
+                tier: "easy",
+                id: format!("item-{i}"),
+                family: "f".into(),
+                split: "public".into(),
+                group: None,
+                state: json!("s"),
+                question: json!({"type": "noul", "instructions": "q"}),
+                labels: vec!["no".into(), "yes".into()],
+                expected: "yes".into(),
+            })
+            .collect()
+    }
+
+    fn ok() -> Result<Value, Failure> {
+        Ok(json!({"answers": {"decision": {"type": "noul", "noul": 0.9}}}))
+    }
+
+    fn down() -> Result<Value, Failure> {
+        Err(Failure::Transport("connection refused".into()))
+    }
+
+    #[test]
+    fn three_failures_in_a_row_stop_the_run_and_422_does_not_count() {
+        let unprocessable = || Err(Failure::Status(422, "bad".into()));
+        let outcomes = vec![ok(), down(), down(), unprocessable(), down(), ok(), ok()];
+        let outcome = run(&mut Replay(outcomes), &items(7), "m", false);
+        assert_eq!(outcome.records.len(), 5, "stopped after the third failure");
+        assert!(outcome.stopped.unwrap().contains("item-4"));
+        assert_eq!(outcome.records.iter().filter(|r| r.correct).count(), 1);
+    }
+
+    #[test]
+    fn rate_limits_and_auth_errors_stop_at_once() {
+        for code in [401, 403, 429] {
+            let outcome = run(&mut Replay(vec![ok(), Err(Failure::Status(code, String::new())), ok()]), &items(3), "m", false);
+            assert_eq!(outcome.records.len(), 2, "HTTP {code}");
+        }
+        let outcome = run(&mut Replay(vec![ok(), down(), ok(), down(), ok()]), &items(5), "m", false);
+        assert_eq!((outcome.records.len(), outcome.stopped), (5, None), "failures that are not in a row do not stop it");
+    }
 }
