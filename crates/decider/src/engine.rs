@@ -7,7 +7,7 @@ use std::path::Path;
 
 use burn::tensor::{Int, Tensor, TensorData};
 use decider_ops::DeciderOps;
-use qwen35::{ModelCache, Qwen35Model};
+use qwen35::Qwen35Model;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -20,6 +20,9 @@ use crate::tokenizer::MAX_OPTIONS;
 use crate::question::AnswerType;
 use crate::readout::probabilities;
 use crate::tokenizer::Tokenizer;
+
+/// Rows run together in one batch after a shared prefix.
+const MAX_BATCH_ROWS: usize = 16;
 
 /// The context cap of [`Decider::decide`] (and `/decide`).
 pub const DECIDE_MAX_CONTEXT_TOKENS: usize = 1536;
@@ -276,13 +279,35 @@ impl<B: DeciderOps> Decider<B> {
         let mut prefix_cache = self.model.new_cache();
         let prefix_hidden = (prefix > 0).then(|| self.model.hidden_states(self.ids(&rows[0].ids[..prefix]), &mut prefix_cache));
 
+        let scored: Vec<&Row> = rows.iter().filter(|r| !r.slots.is_empty()).collect();
         let mut slot_hidden = Vec::new();
-        for row in rows.iter().filter(|r| !r.slots.is_empty()) {
-            let mut cache: ModelCache<B> = prefix_cache.clone();
-            let hidden = self.model.hidden_states(self.ids(&row.ids[prefix..]), &mut cache);
-            for &slot in &row.slots {
-                let (source, at) = if slot < prefix { (prefix_hidden.as_ref().expect("prefix ran"), slot) } else { (&hidden, slot - prefix) };
-                slot_hidden.push(source.clone().slice([0..1, at..at + 1]).flatten::<2>(0, 1));
+        if self.share_prefix {
+            // The rows' continuations run as batches, right-padded: causality keeps the padding
+            // from reaching any slot.
+            for batch in scored.chunks(MAX_BATCH_ROWS) {
+                let width = batch.iter().map(|r| r.ids.len() - prefix).max().unwrap_or(0);
+                let mut cache = if prefix > 0 { prefix_cache.repeat_batch(batch.len()) } else { self.model.new_cache() };
+                let ids: Vec<i64> = batch
+                    .iter()
+                    .flat_map(|r| r.ids[prefix..].iter().map(|&id| id as i64).chain(std::iter::repeat_n(0, width - (r.ids.len() - prefix))))
+                    .collect();
+                let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [batch.len(), width]), &self.device);
+                let hidden = self.model.hidden_states(ids, &mut cache);
+                for (b, row) in batch.iter().enumerate() {
+                    for &slot in &row.slots {
+                        slot_hidden.push(match &prefix_hidden {
+                            Some(p) if slot < prefix => p.clone().slice([0..1, slot..slot + 1]).flatten::<2>(0, 1),
+                            _ => hidden.clone().slice([b..b + 1, slot - prefix..slot - prefix + 1]).flatten::<2>(0, 1),
+                        });
+                    }
+                }
+            }
+        } else {
+            for row in scored {
+                let hidden = self.model.hidden_states(self.ids(&row.ids), &mut self.model.new_cache());
+                for &slot in &row.slots {
+                    slot_hidden.push(hidden.clone().slice([0..1, slot..slot + 1]).flatten::<2>(0, 1));
+                }
             }
         }
         let logits = Tensor::cat(slot_hidden, 0).matmul(self.label_weights.clone());

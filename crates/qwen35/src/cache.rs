@@ -52,4 +52,25 @@ impl<B: Backend> ModelCache<B> {
     pub fn layer(&self, index: usize) -> Option<&LayerState<B>> {
         self.layers.get(index).and_then(Option::as_ref)
     }
+
+    /// This cache repeated `n` times along the batch: `n` different continuations of one prefix
+    /// run as one batch.
+    pub fn repeat_batch(&self, n: usize) -> Self {
+        let layers = self
+            .layers
+            .iter()
+            .map(|layer| {
+                layer.as_ref().map(|state| match state {
+                    LayerState::Attention(kv) => {
+                        LayerState::Attention(KvCache { key: kv.key.clone().repeat_dim(0, n), value: kv.value.clone().repeat_dim(0, n) })
+                    }
+                    LayerState::DeltaNet(dn) => LayerState::DeltaNet(DeltaNetState {
+                        conv: dn.conv.clone().repeat_dim(0, n),
+                        recurrent: dn.recurrent.clone().repeat_dim(0, n),
+                    }),
+                })
+            })
+            .collect();
+        Self { layers, seq_len: self.seq_len }
+    }
 }

@@ -1,0 +1,69 @@
+//! Backend parity of whole decisions: the demo model (same seeded weights on every backend)
+//! gives every backend the label logits and probabilities of ndarray, through the shared-prefix
+//! fork and the batched question rows, within 1e-4.
+#![allow(deprecated)] // burn-candle is deprecated upstream from 0.21; still a supported backend here.
+
+use decider::{Decider, SystemOneRequest};
+use decider_ops::DeciderOps;
+use serde_json::json;
+
+fn request() -> SystemOneRequest {
+    let questions = json!({
+        "team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "charges", "technical": null, "sales": null}},
+        "urgent": {"type": "noul", "instructions": "Is it urgent?"},
+        "severity": {"type": "score", "instructions": "How severe?", "criteria": ["none", "minor", "major", "critical"]},
+        "code": {"instructions": "Which code?", "criteria": (0..30).map(|i| format!("code {i}")).collect::<Vec<_>>()}
+    });
+    let state = json!({"ticket": {"subject": "Charged twice", "body": "My card was charged twice for order 4471.", "tags": [1, 2, 3, 4, 5, 6, 7, 8, 9]}});
+    SystemOneRequest::new(state, questions.as_object().unwrap().clone())
+}
+
+fn logits<B: DeciderOps>() -> Vec<Vec<f32>> {
+    let decider = Decider::<B>::demo(&Default::default());
+    let plan = decider.prompter().plan(&request()).unwrap();
+    decider.slot_logits(&plan.rows)
+}
+
+#[cfg(any(feature = "candle", feature = "wgpu"))]
+fn check<B: DeciderOps>(backend: &str) {
+    let reference = logits::<burn::backend::NdArray>();
+    let ours = logits::<B>();
+    assert_eq!(ours.len(), reference.len());
+    let mut worst = 0.0f32;
+    for (a, b) in ours.iter().flatten().zip(reference.iter().flatten()) {
+        let error = (a - b).abs() / b.abs().max(1.0);
+        worst = worst.max(error);
+    }
+    println!("{backend}: {} slots x 255 label logits, worst error {worst:.1e} against ndarray", ours.len());
+    assert!(worst <= 1e-4, "{backend}: label logits differ from ndarray by {worst}");
+    let decider = Decider::<B>::demo(&Default::default());
+    let answers = decider.answer(&request()).unwrap();
+    let expected = Decider::<burn::backend::NdArray>::demo(&Default::default()).answer(&request()).unwrap();
+    for (id, answer) in &answers.answers {
+        for key in ["choice", "noul"] {
+            assert_eq!(answer.get(key).is_some(), expected.answers[id].get(key).is_some());
+        }
+        let probs = |a: &serde_json::Value| a["probabilities"].as_object().map(|m| m.values().map(|v| v.as_f64().unwrap()).collect::<Vec<_>>());
+        if let (Some(p), Some(q)) = (probs(answer), probs(&expected.answers[id])) {
+            assert!(p.iter().zip(&q).all(|(x, y)| (x - y).abs() <= 2e-4), "{backend} {id}: {p:?} vs {q:?}");
+        }
+    }
+}
+
+#[cfg(feature = "candle")]
+#[test]
+fn candle_decisions_equal_ndarray() {
+    check::<burn::backend::Candle>("candle");
+}
+
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_decisions_equal_ndarray() {
+    check::<burn::backend::Wgpu>("wgpu");
+}
+
+#[test]
+fn ndarray_decisions_are_deterministic() {
+    // The reference for the other backends: two independent builds of the demo model agree.
+    assert_eq!(logits::<burn::backend::NdArray>(), logits::<burn::backend::NdArray>());
+}
