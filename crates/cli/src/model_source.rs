@@ -1,5 +1,6 @@
-//! `--model`: a local model folder, or `demo` (a tiny random-weight Qwen3.5 built in memory,
-//! with the Qwen3.5 test tokenizer; it needs nothing on disk).
+//! `--model`: a local model folder, `demo` (a tiny random-weight Qwen3.5 built in memory, with
+//! the Qwen3.5 test tokenizer; it needs nothing on disk), or a Hugging Face Hub id such as
+//! `Mapika/decider-2b` (downloaded into the Hub cache on first use, feature `hub`).
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -12,6 +13,8 @@ use decider_ops::DeciderOps;
 pub enum ModelSource {
     Demo,
     Folder(PathBuf),
+    /// `owner/name` on the Hugging Face Hub.
+    Hub(String),
 }
 
 impl FromStr for ModelSource {
@@ -22,32 +25,86 @@ impl FromStr for ModelSource {
             return Ok(Self::Demo);
         }
         let path = PathBuf::from(s);
-        if !path.is_dir() {
-            return Err(format!("{s} is not a model folder (a folder with config.json, the weights, tokenizer.json and decider_config.json), nor `demo`"));
+        if path.is_dir() {
+            return Ok(Self::Folder(path));
         }
-        Ok(Self::Folder(path))
+        let hub_id = matches!(s.split('/').collect::<Vec<_>>()[..], [owner, name] if !owner.is_empty() && !name.is_empty() && !s.starts_with('.'))
+            && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c));
+        if hub_id {
+            return Ok(Self::Hub(s.to_string()));
+        }
+        Err(format!(
+            "{s} is not a model folder (a folder with config.json, the weights, tokenizer.json and decider_config.json), a Hub id (owner/name), nor `demo`"
+        ))
     }
 }
 
 impl ModelSource {
     /// The tokenizer and `decider_config.json` only (no weights).
     pub fn prompter(&self) -> anyhow::Result<Prompter> {
-        match self {
-            Self::Demo => Ok(Prompter::demo()),
-            Self::Folder(dir) => Prompter::from_dir(dir).with_context(|| format!("reading the tokenizer and decider_config.json in {}", dir.display())),
-        }
+        let dir = match self {
+            Self::Demo => return Ok(Prompter::demo()),
+            Self::Folder(dir) => dir.clone(),
+            Self::Hub(id) => hub::download(id, false)?,
+        };
+        Prompter::from_dir(&dir).with_context(|| format!("reading the tokenizer and decider_config.json in {}", dir.display()))
     }
 
     /// The whole model on backend `B`.
     pub fn load<B: DeciderOps>(&self, device: &B::Device) -> anyhow::Result<Decider<B>> {
-        match self {
-            Self::Demo => Ok(Decider::demo(device)),
-            Self::Folder(dir) => Decider::load(dir, device).with_context(|| format!("loading the model in {}", dir.display())),
-        }
+        let dir = match self {
+            Self::Demo => return Ok(Decider::demo(device)),
+            Self::Folder(dir) => dir.clone(),
+            Self::Hub(id) => hub::download(id, true)?,
+        };
+        Decider::load(&dir, device).with_context(|| format!("loading the model in {}", dir.display()))
     }
 
     /// Whether answers come from random weights.
     pub fn is_demo(&self) -> bool {
         matches!(self, Self::Demo)
+    }
+}
+
+/// Hugging Face Hub downloads into the shared Hub cache (`HF_HOME`, as Python's huggingface_hub).
+#[cfg(feature = "hub")]
+mod hub {
+    use std::path::PathBuf;
+
+    use anyhow::Context;
+    use hf_hub::api::sync::Api;
+
+    /// The snapshot folder of `id` with its tokenizer and configs, and the weights if asked.
+    pub fn download(id: &str, weights: bool) -> anyhow::Result<PathBuf> {
+        let failed = || format!("downloading {id} from the Hugging Face Hub (offline? download the folder and pass its path)");
+        let repo = Api::new().with_context(failed)?.model(id.to_string());
+        let config = repo.get("config.json").with_context(failed)?;
+        repo.get("tokenizer.json").with_context(failed)?;
+        // A base model has no decider_config.json; the runtime then uses the defaults.
+        let _ = repo.get("decider_config.json");
+        if weights {
+            match repo.get("model.safetensors.index.json") {
+                Ok(index) => {
+                    let index: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&index)?)?;
+                    let mut shards: Vec<&str> = index["weight_map"].as_object().context("weight_map in the index")?.values().filter_map(|v| v.as_str()).collect();
+                    shards.sort_unstable();
+                    shards.dedup();
+                    for shard in shards {
+                        repo.get(shard).with_context(failed)?;
+                    }
+                }
+                Err(_) => {
+                    repo.get("model.safetensors").with_context(failed)?;
+                }
+            }
+        }
+        Ok(config.parent().expect("a downloaded file has a folder").to_path_buf())
+    }
+}
+
+#[cfg(not(feature = "hub"))]
+mod hub {
+    pub fn download(id: &str, _weights: bool) -> anyhow::Result<std::path::PathBuf> {
+        anyhow::bail!("{id} looks like a Hub id, but this build has no Hub support (feature `hub`); download the folder and pass its path")
     }
 }

@@ -46,6 +46,9 @@ fn bad_arguments_say_what_is_wrong() {
     assert!(!ok && stderr.contains("choice criteria: a map of 2..255 options"), "{stderr}");
     let (ok, _, stderr) = decider(&["info", "--model", "/no/such/folder"]);
     assert!(!ok && stderr.contains("/no/such/folder is not a model folder"), "{stderr}");
+    // A Hub id that cannot be fetched (no network here, or no such repository) says which.
+    let (ok, _, stderr) = decider(&["info", "--model", "nobody-here/no-such-decider"]);
+    assert!(!ok && stderr.contains("downloading nobody-here/no-such-decider from the Hugging Face Hub"), "{stderr}");
 }
 
 #[test]
