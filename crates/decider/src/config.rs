@@ -6,7 +6,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use crate::error::DeciderError;
-use crate::python_json::{py_repr, py_str, py_truthy};
+use crate::python_json::{py_repr, py_str, py_truthy, py_type_name};
 use crate::question::AnswerType;
 
 const WHERE: &str = "decider_config.json";
@@ -160,7 +160,7 @@ fn by_type(map: Option<&Value>, where_: &str) -> Result<[Option<f64>; 3], Decide
         Some(other) => {
             return Err(DeciderError::Config(format!(
                 "{where_} must be a map {{answer type: temperature}}, got {}; {KEYS_TEXT}",
-                python_type_name(other)
+                py_type_name(other)
             )));
         }
     };
@@ -200,16 +200,4 @@ fn by_options(spec: Option<&Value>, where_: &str) -> Result<Option<(f64, f64, f6
     }
     let min = positive(map.get("min").unwrap_or(&Value::from(0.05)), &format!("{where_}['min']"))?;
     Ok(Some((ab[0], ab[1], min)))
-}
-
-fn python_type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "NoneType",
-        Value::Bool(_) => "bool",
-        Value::Number(n) if n.is_f64() => "float",
-        Value::Number(_) => "int",
-        Value::String(_) => "str",
-        Value::Array(_) => "list",
-        Value::Object(_) => "dict",
-    }
 }

@@ -10,7 +10,7 @@ use crate::answer::{argmax, py_round};
 use crate::engine::{DECIDE_MAX_CONTEXT_TOKENS, Decider, neutralize};
 use crate::error::DeciderError;
 use crate::prompt::{RowQuestion, context_ids, row};
-use crate::python_json::{py_repr, py_str};
+use crate::python_json::{py_repr, py_str, py_type_name};
 use crate::question::AnswerType;
 
 const FORM: &str = "schema: a map {question: field}, each field one of {\"type\": \"choice\", \"options\": [option strings]}, {\"type\": \"bool\"} or {\"type\": \"scale\", \"legend\": [descriptions] or {level number: description}}";
@@ -31,29 +31,17 @@ fn invalid(message: String) -> DeciderError {
     DeciderError::InvalidQuestion(message)
 }
 
-fn type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "NoneType",
-        Value::Bool(_) => "bool",
-        Value::Number(n) if n.is_f64() => "float",
-        Value::Number(_) => "int",
-        Value::String(_) => "str",
-        Value::Array(_) => "list",
-        Value::Object(_) => "dict",
-    }
-}
-
 /// `Decider._check_schema` + `_schema_to_questions`.
 fn fields(schema: Option<&Value>, neutralize_none: bool) -> Result<Vec<(String, Field)>, DeciderError> {
     let schema = match schema {
         None | Some(Value::Null) => return Err(invalid(format!("schema is required; {FORM}"))),
         Some(Value::Object(map)) => map,
-        Some(other) => return Err(invalid(format!("schema is a {}; {FORM}", type_name(other)))),
+        Some(other) => return Err(invalid(format!("schema is a {}; {FORM}", py_type_name(other)))),
     };
     let mut out = Vec::with_capacity(schema.len());
     for (question, spec) in schema {
         let at = format!("schema[{}]", py_repr(&Value::String(question.clone())));
-        let spec = spec.as_object().ok_or_else(|| invalid(format!("{at} is a {}, not a field object; {FORM}", type_name(spec))))?;
+        let spec = spec.as_object().ok_or_else(|| invalid(format!("{at} is a {}, not a field object; {FORM}", py_type_name(spec))))?;
         let kind = spec.get("type").cloned().unwrap_or(Value::String("choice".into()));
         let field = match kind.as_str() {
             Some("choice") => {

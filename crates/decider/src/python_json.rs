@@ -172,6 +172,19 @@ pub fn py_truthy(value: &Value) -> bool {
     }
 }
 
+/// `type(value).__name__` of the Python object `json.loads` makes.
+pub fn py_type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "NoneType",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_f64() => "float",
+        Value::Number(_) => "int",
+        Value::String(_) => "str",
+        Value::Array(_) => "list",
+        Value::Object(_) => "dict",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
