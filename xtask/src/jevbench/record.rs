@@ -93,3 +93,49 @@ impl Record {
         self.probs.as_ref().map(|m| m.values().map(|v| v.as_f64().unwrap_or(0.0)).collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn item(kind: &str, labels: &[&str], expected: &str) -> Item {
+        Item {
+            tier: "standard",
+            id: "t".into(),
+            family: "f".into(),
+            split: "public".into(),
+            group: None,
+            state: json!("s"),
+            question: json!({"type": kind, "instructions": "q"}),
+            labels: labels.iter().map(|s| s.to_string()).collect(),
+            expected: expected.into(),
+        }
+    }
+
+    #[test]
+    fn a_score_is_judged_by_its_argmax_level_not_its_mean() {
+        // Mean 0·0.4 + 1·0 + 2·0.1 + 3·0.5 = 1.7 would round to 2; the argmax level is 3.
+        let answer = json!({"answers": {"decision": {"type": "score", "score": 1.7, "probabilities": {"0": 0.4, "1": 0.0, "2": 0.1, "3": 0.5}}}});
+        let r = Record::score(&item("score", &["0", "1", "2", "3"], "3"), Ok(answer), 0.1);
+        assert_eq!((r.predicted.as_deref(), r.correct), (Some("3"), true));
+        assert!((r.ordinal_ev.unwrap() - 1.7).abs() < 1e-12);
+    }
+
+    #[test]
+    fn noul_at_one_half_predicts_no() {
+        // P(yes) = 0.5 is a tie, and ties go to the smallest label, "no".
+        let answer = json!({"answers": {"decision": {"type": "noul", "noul": 0.5}}});
+        let r = Record::score(&item("noul", &["no", "yes"], "yes"), Ok(answer), 0.1);
+        assert_eq!((r.predicted.as_deref(), r.correct, r.valid), (Some("no"), false, true));
+    }
+
+    #[test]
+    fn failures_and_invalid_answers_are_wrong() {
+        let r = Record::score(&item("noul", &["no", "yes"], "yes"), Err("HTTP 500: boom".into()), 0.1);
+        assert!(!r.ok && !r.valid && !r.correct && r.error.as_deref() == Some("HTTP 500: boom"));
+        let answer = json!({"answers": {"decision": {"type": "choice", "choice": "a", "probabilities": {"a": 0.9, "b": 0.5}}}});
+        let r = Record::score(&item("choice", &["a", "b"], "a"), Ok(answer), 0.1);
+        assert!(r.ok && !r.valid && !r.correct, "a sum of 1.4 is outside the 2 % band");
+    }
+}
