@@ -332,15 +332,3 @@ pub fn neutralize(option: &str) -> String {
         option.into()
     }
 }
-
-impl AnswerType {
-    /// Parses a wire name (`"bool"` is `noul`).
-    pub fn parse(name: &str) -> Option<Self> {
-        match name {
-            "choice" => Some(Self::Choice),
-            "score" => Some(Self::Score),
-            "noul" | "bool" => Some(Self::Noul),
-            _ => None,
-        }
-    }
-}

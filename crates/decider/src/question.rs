@@ -150,22 +150,12 @@ fn sorted_legend(legend: &Map<String, Value>) -> Result<Vec<Value>, DeciderError
     Ok(keyed.into_iter().map(|(_, v)| v).collect())
 }
 
-/// Python's `float(text)` for the forms a legend key takes: surrounding whitespace, `_` digit
-/// separators, `inf`/`nan` in any case.
+/// Python's `float(text)` for the forms a legend key takes: surrounding whitespace and `_`
+/// digit separators; Rust's parser already reads `1e1`, `.5`, `inf` and `nan` in any case.
 fn python_float(text: &str) -> Option<f64> {
     let trimmed = text.trim();
     if trimmed.starts_with('_') || trimmed.ends_with('_') || trimmed.contains("__") {
         return None;
     }
-    let plain = trimmed.replace('_', "");
-    let lower = plain.to_ascii_lowercase();
-    let unsigned = lower.trim_start_matches(['+', '-']);
-    match unsigned {
-        "inf" | "infinity" | "nan" => plain.parse().ok().or_else(|| {
-            let sign = if lower.starts_with('-') { -1.0 } else { 1.0 };
-            Some(if unsigned == "nan" { f64::NAN } else { sign * f64::INFINITY })
-        }),
-        _ if unsigned.chars().all(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | '+' | '-')) => plain.parse().ok(),
-        _ => None,
-    }
+    trimmed.replace('_', "").parse().ok()
 }

@@ -66,11 +66,6 @@ impl Tokenizer {
             .unwrap_or_else(|e| panic!("tokenizers failed on a valid string: {e}"))
     }
 
-    /// Text of `ids` (special tokens kept).
-    pub fn decode(&self, ids: &[u32]) -> String {
-        self.inner.decode(ids, false).unwrap_or_default()
-    }
-
     /// Size of the tokenizer's vocabulary, special tokens included.
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
