@@ -12,9 +12,7 @@ use std::sync::mpsc;
 
 use anyhow::Context;
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -25,6 +23,9 @@ use tokio::sync::oneshot;
 
 use crate::backend::{BackendName, GenericTask};
 use crate::model_source::ModelSource;
+
+mod body;
+use body::JsonBody;
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -52,7 +53,7 @@ pub struct ServeArgs {
     #[arg(long, env = "DECIDER_MAX_QUEUE_ROWS", default_value_t = 4096)]
     pub max_queue_rows: usize,
     /// Largest request body in bytes (413 above).
-    #[arg(long, default_value_t = 64 << 20)]
+    #[arg(long, env = "DECIDER_MAX_BODY_BYTES", default_value_t = 64 << 20)]
     pub max_body_bytes: usize,
 }
 
@@ -78,6 +79,7 @@ struct Limits {
     max_row_tokens: usize,
     max_request_tokens: usize,
     max_queue_rows: usize,
+    max_body_bytes: usize,
 }
 
 /// An HTTP error with the reference's `{"detail": ...}` body.
@@ -161,6 +163,7 @@ pub fn serve<B: DeciderOps>(
         max_row_tokens: args.max_row_tokens.unwrap_or(args.max_state_tokens + 4096),
         max_request_tokens: args.max_request_tokens,
         max_queue_rows: args.max_queue_rows,
+        max_body_bytes: args.max_body_bytes,
     };
     let state = Arc::new(AppState { prompter, jobs, queued_rows: AtomicUsize::new(0), limits, source, device });
     let app = Router::new()
@@ -168,7 +171,6 @@ pub fn serve<B: DeciderOps>(
         .route("/decide", post(decide))
         .route("/health", get(health))
         .route("/v1/models", get(models))
-        .layer(DefaultBodyLimit::max(args.max_body_bytes))
         .with_state(state.clone());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
@@ -226,22 +228,6 @@ fn field_error(kind: &str, loc: &[Value], msg: &str, input: &Value) -> Value {
     let mut loc_all = vec![json!("body")];
     loc_all.extend_from_slice(loc);
     json!({"type": kind, "loc": loc_all, "msg": msg, "input": input})
-}
-
-/// The body as JSON: a body over the size limit is a 413 (as JSON, like every error here),
-/// malformed JSON FastAPI's 422.
-fn parse_body(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
-    let body = body.map_err(|rejection| ApiError::new(rejection.status(), rejection.body_text()))?;
-    serde_json::from_slice(&body).map_err(|e| {
-        let offset = byte_offset(&body, e.line(), e.column());
-        let detail = json!([{"type": "json_invalid", "loc": ["body", offset], "msg": "JSON decode error", "input": {}, "ctx": {"error": e.to_string()}}]);
-        ApiError(StatusCode::UNPROCESSABLE_ENTITY, detail)
-    })
-}
-
-fn byte_offset(body: &[u8], line: usize, column: usize) -> usize {
-    let line_start: usize = body.split(|&b| b == b'\n').take(line.saturating_sub(1)).map(|l| l.len() + 1).sum();
-    (line_start + column).saturating_sub(1)
 }
 
 /// pydantic's lax boolean.
@@ -336,9 +322,8 @@ fn unprocessable(e: DeciderError) -> ApiError {
 
 async fn systemone(
     State(state): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
+    JsonBody(body): JsonBody,
 ) -> Result<axum::Json<decider::SystemOneResponse>, ApiError> {
-    let body = parse_body(body)?;
     let (request, has_assets) = systemone_request(&body, state.limits.max_state_tokens)?;
     if has_assets {
         return Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "this server was started without image support (DECIDER_IMAGES=1)"));
@@ -353,8 +338,7 @@ async fn systemone(
     Ok(axum::Json(answer.await.map_err(|_| internal("the model thread dropped the request"))?))
 }
 
-async fn decide(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Result<axum::Json<Map<String, Value>>, ApiError> {
-    let body = parse_body(body)?;
+async fn decide(State(state): State<Arc<AppState>>, JsonBody(body): JsonBody) -> Result<axum::Json<Map<String, Value>>, ApiError> {
     let context = match body.get("context") {
         Some(Value::String(c)) => c.clone(),
         Some(other) => {

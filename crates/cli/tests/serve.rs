@@ -180,8 +180,39 @@ fn size_limits_give_413_and_a_long_state_is_truncated() {
     assert_eq!(status, 413, "30 isolated level rows > 20: {response}");
     assert!(response["detail"].as_str().unwrap().starts_with("too many questions: the request expands to 30 scoring rows"));
 
-    let (status, _) = read(ureq::post(&format!("{}/v1/systemone", server.base)).send_string(&"x".repeat(200_000)));
-    assert_eq!(status, 413, "a body over --max-body-bytes");
+}
+
+#[test]
+fn a_body_over_the_limit_gets_a_413_the_client_can_read() {
+    let server = Server::start(&["--max-body-bytes", "100000"]);
+    let url = format!("{}/v1/systemone", server.base);
+    let oversized = "x".repeat(3_000_000);
+    // The client writes the whole body before it reads the answer: the server must read
+    // (and drop) the rest, or the client's write fails with a broken pipe.
+    for _ in 0..5 {
+        let (status, response) = read(ureq::post(&url).send_string(&oversized));
+        assert_eq!(status, 413, "a declared length over --max-body-bytes: {response}");
+        assert!(response["detail"].as_str().unwrap().starts_with("request body too large: the limit is 100000 bytes"), "{response}");
+    }
+    // Chunked: no length is declared, the limit is found while reading.
+    let (status, _) = read(ureq::post(&url).send(std::io::Cursor::new(oversized.clone())));
+    assert_eq!(status, 413, "a chunked body over --max-body-bytes");
+    // A client waiting for `100 Continue` gets the 413 without sending its body.
+    let response = raw_exchange(&server, "POST /v1/systemone HTTP/1.1\r\nhost: x\r\ncontent-length: 3000000\r\nexpect: 100-continue\r\n\r\n");
+    assert!(response.starts_with("HTTP/1.1 413"), "{response}");
+    // The server lives on.
+    assert_eq!(server.get("/health").0, 200);
+}
+
+/// Writes `request` on a fresh connection and returns what the server answers.
+fn raw_exchange(server: &Server, request: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(server.base.trim_start_matches("http://")).expect("connect");
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut head = [0u8; 512];
+    let n = stream.read(&mut head).expect("an answer before the body is sent");
+    String::from_utf8_lossy(&head[..n]).into_owned()
 }
 
 /// 8 clients sending at once, `per_client` requests each.

@@ -1,0 +1,93 @@
+//! The request body: its size limit, and its parsing as JSON with FastAPI's 422.
+//!
+//! A body over the limit is a 413, but the 413 must reach the client. Most clients (curl for
+//! small bodies, ureq, requests) write the whole body before they read the response; a server
+//! that answers and closes while the body is still arriving makes the client's write fail with
+//! a broken pipe, and the 413 is never read. So the rest of an oversized body is read and
+//! dropped (bounded in bytes and time, as nginx's lingering close) before the 413 goes out.
+//! A client that asked `Expect: 100-continue` has not sent the body yet: it gets the 413 at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Request};
+use axum::http::{HeaderMap, StatusCode, header};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+
+use super::{ApiError, AppState};
+
+/// Bytes of an oversized body read and dropped at most, after the limit.
+const DRAIN_BYTES: usize = 64 << 20;
+/// Time spent reading and dropping an oversized body at most.
+const DRAIN_TIME: Duration = Duration::from_secs(10);
+
+/// A request body parsed as JSON, at most `--max-body-bytes` long.
+pub(super) struct JsonBody(pub Value);
+
+impl FromRequest<Arc<AppState>> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
+        let (parts, body) = request.into_parts();
+        let bytes = read_limited(&parts.headers, body, state.limits.max_body_bytes).await?;
+        parse_json(&bytes).map(JsonBody)
+    }
+}
+
+/// The whole body, or a 413 once it is known to be longer than `limit`.
+async fn read_limited(headers: &HeaderMap, mut body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    let too_large = || {
+        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("request body too large: the limit is {limit} bytes (--max-body-bytes, DECIDER_MAX_BODY_BYTES)"))
+    };
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        let waits_for_continue = headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        if !waits_for_continue {
+            drain(body).await;
+        }
+        return Err(too_large());
+    }
+    let mut bytes = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("reading the request body: {e}")))?;
+        if let Ok(data) = frame.into_data() {
+            bytes.extend_from_slice(&data);
+            if bytes.len() > limit {
+                drain(body).await;
+                return Err(too_large());
+            }
+        }
+    }
+    Ok(Bytes::from(bytes))
+}
+
+/// Reads and drops the rest of a body, up to `DRAIN_BYTES` and `DRAIN_TIME`.
+async fn drain(mut body: Body) {
+    let _ = tokio::time::timeout(DRAIN_TIME, async {
+        let mut dropped = 0;
+        while let Some(Ok(frame)) = body.frame().await {
+            dropped += frame.data_ref().map_or(0, |d| d.len());
+            if dropped > DRAIN_BYTES {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
+/// The body as JSON; malformed JSON is FastAPI's 422, with the byte offset of the error.
+fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        let offset = byte_offset(body, e.line(), e.column());
+        let detail = json!([{"type": "json_invalid", "loc": ["body", offset], "msg": "JSON decode error", "input": {}, "ctx": {"error": e.to_string()}}]);
+        ApiError(StatusCode::UNPROCESSABLE_ENTITY, detail)
+    })
+}
+
+/// serde_json reports a line and column; FastAPI (Python's json) a character offset.
+fn byte_offset(body: &[u8], line: usize, column: usize) -> usize {
+    let line_start: usize = body.split(|&b| b == b'\n').take(line.saturating_sub(1)).map(|l| l.len() + 1).sum();
+    (line_start + column).saturating_sub(1)
+}
