@@ -8,7 +8,7 @@ use decider::Decider;
 use decider_cli::model_source::ModelSource;
 use decider_cli::serve::{ServeArgs, serve};
 use serde_json::Value;
-use xtask::jevbench::client::{Http, InProcess};
+use xtask::jevbench::client::{Endpoint, Failure, Http, InProcess};
 use xtask::jevbench::{JevbenchArgs, assets_dir, run_and_report, select_items};
 
 fn args(out: &Path, limit: Option<usize>) -> JevbenchArgs {
@@ -70,9 +70,20 @@ fn all_231_items_on_the_demo_model() {
     let results: Value = serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap()).unwrap();
     assert_eq!(results["attempted"], 231);
     print!("{}", xtask::jevbench::report::table(&summary));
-    // A second run into the same folder is refused rather than overwriting the first.
-    let again = run_and_report(&args, &mut InProcess(&decider), Value::Null);
+    // A second run into the same folder is refused before its first request, and the first
+    // run's files are kept.
+    let again = run_and_report(&args, &mut NeverCalled, Value::Null);
     assert!(again.unwrap_err().to_string().contains("already holds a run"));
+    assert_eq!(crate::records(out.path()), records);
+}
+
+/// An endpoint for runs that must not start.
+struct NeverCalled;
+
+impl Endpoint for NeverCalled {
+    fn post(&mut self, _: &Value) -> Result<Value, Failure> {
+        panic!("a request was sent")
+    }
 }
 
 #[test]

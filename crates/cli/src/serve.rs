@@ -59,7 +59,7 @@ pub struct ServeArgs {
 
 /// Work for the model thread.
 enum Job {
-    SystemOne(Plan, oneshot::Sender<decider::SystemOneResponse>),
+    SystemOne(Plan, oneshot::Sender<Result<decider::SystemOneResponse, DeciderError>>),
     Decide(String, Value, oneshot::Sender<Result<Map<String, Value>, DeciderError>>),
 }
 
@@ -146,14 +146,16 @@ pub fn serve<B: DeciderOps>(
         };
         let _ = loaded_tx.send(Ok((decider.prompter().clone(), decider.source().to_string(), format!("{device:?}"))));
         for job in inbox {
-            match job {
+            // A backend that panics on one request (out of device memory, say) fails that
+            // request with a 500, its reply dropped; the server goes on with the next.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match job {
                 Job::SystemOne(plan, reply) => {
-                    let _ = reply.send(decider.answer_plan(&plan).expect("a planned request answers"));
+                    let _ = reply.send(decider.answer_plan(&plan));
                 }
                 Job::Decide(context, schema, reply) => {
                     let _ = reply.send(decider.decide_json(&context, Some(&schema)));
                 }
-            }
+            }));
         }
     })?;
     let (prompter, source, device) = loaded.recv().context("the model thread stopped")??;
@@ -313,6 +315,11 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
 }
 
+/// The model thread dropped a reply: the backend panicked on this request.
+fn model_failed() -> ApiError {
+    internal("the model failed on this request; the server log has the reason")
+}
+
 fn unprocessable(e: DeciderError) -> ApiError {
     match e {
         DeciderError::InvalidQuestion(m) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, m),
@@ -335,7 +342,7 @@ async fn systemone(
     let _admission = Admission::new(&state, plan.rows.len())?;
     let (reply, answer) = oneshot::channel();
     state.jobs.send(Job::SystemOne(plan, reply)).map_err(|_| internal("the model thread has stopped"))?;
-    Ok(axum::Json(answer.await.map_err(|_| internal("the model thread dropped the request"))?))
+    Ok(axum::Json(answer.await.map_err(|_| model_failed())?.map_err(internal)?))
 }
 
 async fn decide(State(state): State<Arc<AppState>>, JsonBody(body): JsonBody) -> Result<axum::Json<Map<String, Value>>, ApiError> {
@@ -350,7 +357,7 @@ async fn decide(State(state): State<Arc<AppState>>, JsonBody(body): JsonBody) ->
     let _admission = Admission::new(&state, 1)?;
     let (reply, answer) = oneshot::channel();
     state.jobs.send(Job::Decide(context, schema, reply)).map_err(|_| internal("the model thread has stopped"))?;
-    let answers = answer.await.map_err(|_| internal("the model thread dropped the request"))?.map_err(unprocessable)?;
+    let answers = answer.await.map_err(|_| model_failed())?.map_err(unprocessable)?;
     Ok(axum::Json(answers))
 }
 

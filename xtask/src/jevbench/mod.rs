@@ -10,7 +10,6 @@ pub mod runner;
 pub mod scoring;
 pub mod summary;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
@@ -67,28 +66,30 @@ pub fn assets_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/jevbench")
 }
 
-/// Runs, scores and writes the outputs; returns the summary.
+/// Runs, scores and writes the outputs; returns the summary. `--out` is checked first, and
+/// records.jsonl grows item by item, so neither a refused folder nor an interrupted run loses work.
 pub fn run_and_report(args: &JevbenchArgs, endpoint: &mut dyn Endpoint, meta: Value) -> anyhow::Result<Summary> {
     let items = select_items(&assets_dir(), &args.tiers, args.limit)?;
-    let outcome = runner::run(endpoint, &items, &args.request_model, !args.quiet);
+    let mut records_file = create_records_file(&args.out)?;
+    let outcome = runner::run(endpoint, &items, &args.request_model, !args.quiet, &mut records_file)
+        .with_context(|| format!("writing {}", args.out.join("records.jsonl").display()))?;
     let summary = Summary::new(&items, &outcome.records, outcome.stopped, meta);
-    write_outputs(&args.out, &summary, &outcome.records)?;
+    std::fs::write(args.out.join("results.json"), serde_json::to_string_pretty(&summary)?)?;
+    std::fs::write(args.out.join("report.html"), report::html(&summary, &outcome.records))?;
     Ok(summary)
 }
 
-fn write_outputs(out: &Path, summary: &Summary, records: &[record::Record]) -> anyhow::Result<()> {
+/// `out/records.jsonl`, new; an `out` that already holds a run is refused.
+fn create_records_file(out: &Path) -> anyhow::Result<std::io::BufWriter<std::fs::File>> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    if out.join("results.json").exists() {
-        bail!("{} already holds a run (results.json); choose another --out or remove it", out.display());
+    for earlier in ["records.jsonl", "results.json"] {
+        if out.join(earlier).exists() {
+            bail!("{} already holds a run ({earlier}); choose another --out or remove it", out.display());
+        }
     }
-    std::fs::write(out.join("results.json"), serde_json::to_string_pretty(summary)?)?;
-    let mut jsonl = std::io::BufWriter::new(std::fs::File::create(out.join("records.jsonl"))?);
-    for r in records {
-        writeln!(jsonl, "{}", serde_json::to_string(r)?)?;
-    }
-    jsonl.flush()?;
-    std::fs::write(out.join("report.html"), report::html(summary, records))?;
-    Ok(())
+    let path = out.join("records.jsonl");
+    let file = std::fs::File::create_new(&path).with_context(|| format!("creating {}", path.display()))?;
+    Ok(std::io::BufWriter::new(file))
 }
 
 fn meta(args: &JevbenchArgs, model: &str, source: &str, random: bool) -> Value {

@@ -1,6 +1,8 @@
 //! The serial run with JevBench's stop rules (jevbench.md §3.3): a 401, 403 or 429, or three
 //! failed requests in a row (a 422 does not count), stops the run; the rest is unattempted.
+//! Each record is written out as soon as its item is scored, so an interrupted run keeps them.
 
+use std::io::Write;
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -15,7 +17,8 @@ pub struct RunOutcome {
     pub stopped: Option<String>,
 }
 
-pub fn run(endpoint: &mut dyn Endpoint, items: &[Item], model: &str, progress: bool) -> RunOutcome {
+/// Runs `items` in order, writing each record to `sink` as a JSON line when it is scored.
+pub fn run(endpoint: &mut dyn Endpoint, items: &[Item], model: &str, progress: bool, sink: &mut dyn Write) -> std::io::Result<RunOutcome> {
     let bar = if progress { ProgressBar::new(items.len() as u64) } else { ProgressBar::hidden() };
     bar.set_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed} elapsed, ETA {eta}]").expect("valid template"),
@@ -42,7 +45,10 @@ pub fn run(endpoint: &mut dyn Endpoint, items: &[Item], model: &str, progress: b
                 (failures_in_a_row >= 3).then(|| format!("three failed requests in a row, the last on {}", item.id))
             }
         };
-        records.push(Record::score(item, response.map_err(|f| f.to_string()), latency));
+        let record = Record::score(item, response.map_err(|f| f.to_string()), latency);
+        writeln!(sink, "{}", serde_json::to_string(&record)?)?;
+        sink.flush()?;
+        records.push(record);
         let correct = records.iter().filter(|r| r.correct).count();
         bar.set_message(format!("{correct}/{} correct ({:.1} %) {}", records.len(), 100.0 * correct as f64 / records.len() as f64, item.tier));
         bar.inc(1);
@@ -52,7 +58,7 @@ pub fn run(endpoint: &mut dyn Endpoint, items: &[Item], model: &str, progress: b
         }
     }
     bar.finish_and_clear();
-    RunOutcome { records, stopped }
+    Ok(RunOutcome { records, stopped })
 }
 
 #[cfg(test)]
@@ -97,8 +103,12 @@ mod tests {
     fn three_failures_in_a_row_stop_the_run_and_422_does_not_count() {
         let unprocessable = || Err(Failure::Status(422, "bad".into()));
         let outcomes = vec![ok(), down(), down(), unprocessable(), down(), ok(), ok()];
-        let outcome = run(&mut Replay(outcomes), &items(7), "m", false);
+        let mut lines = Vec::new();
+        let outcome = run(&mut Replay(outcomes), &items(7), "m", false, &mut lines).unwrap();
         assert_eq!(outcome.records.len(), 5, "stopped after the third failure");
+        let written: Vec<Value> = String::from_utf8(lines).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(written.len(), 5, "one line per record");
+        assert_eq!(written[4]["task_id"], "item-4");
         assert!(outcome.stopped.unwrap().contains("item-4"));
         assert_eq!(outcome.records.iter().filter(|r| r.correct).count(), 1);
     }
@@ -106,10 +116,10 @@ mod tests {
     #[test]
     fn rate_limits_and_auth_errors_stop_at_once() {
         for code in [401, 403, 429] {
-            let outcome = run(&mut Replay(vec![ok(), Err(Failure::Status(code, String::new())), ok()]), &items(3), "m", false);
+            let outcome = run(&mut Replay(vec![ok(), Err(Failure::Status(code, String::new())), ok()]), &items(3), "m", false, &mut Vec::new()).unwrap();
             assert_eq!(outcome.records.len(), 2, "HTTP {code}");
         }
-        let outcome = run(&mut Replay(vec![ok(), down(), ok(), down(), ok()]), &items(5), "m", false);
+        let outcome = run(&mut Replay(vec![ok(), down(), ok(), down(), ok()]), &items(5), "m", false, &mut Vec::new()).unwrap();
         assert_eq!((outcome.records.len(), outcome.stopped), (5, None), "failures that are not in a row do not stop it");
     }
 }
