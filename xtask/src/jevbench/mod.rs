@@ -12,7 +12,7 @@ pub mod summary;
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use decider_cli::backend::{BackendName, GenericTask};
 use decider_cli::model_source::ModelSource;
 use decider_ops::DeciderOps;
@@ -79,16 +79,15 @@ pub fn run_and_report(args: &JevbenchArgs, endpoint: &mut dyn Endpoint, meta: Va
     Ok(summary)
 }
 
-/// `out/records.jsonl`, new; an `out` that already holds a run is refused.
+/// `out/records.jsonl`, new; an `out` that already holds a run (every run starts with that
+/// file) is refused.
 fn create_records_file(out: &Path) -> anyhow::Result<std::io::BufWriter<std::fs::File>> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    for earlier in ["records.jsonl", "results.json"] {
-        if out.join(earlier).exists() {
-            bail!("{} already holds a run ({earlier}); choose another --out or remove it", out.display());
-        }
-    }
     let path = out.join("records.jsonl");
-    let file = std::fs::File::create_new(&path).with_context(|| format!("creating {}", path.display()))?;
+    let file = std::fs::File::create_new(&path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AlreadyExists => anyhow::anyhow!("{} already holds a run (records.jsonl); choose another --out or remove it", out.display()),
+        _ => anyhow::Error::new(e).context(format!("creating {}", path.display())),
+    })?;
     Ok(std::io::BufWriter::new(file))
 }
 
