@@ -5,7 +5,7 @@
 use burn::backend::NdArray;
 use integration_tests::fixture_path;
 use qwen35::decoder::{FeedForward, TokenMixer};
-use qwen35::{LayerType, Qwen35Config};
+use qwen35::{FeedForwardType, LayerType, Qwen35Config};
 
 type B = NdArray;
 
@@ -47,12 +47,11 @@ fn qwen35_2b_parses_with_the_real_shapes() {
 #[test]
 fn qwen35_35b_a3b_parses_with_the_real_shapes() {
     let config = Qwen35Config::from_file(fixture_path("configs/qwen3.5-35b-a3b.json")).unwrap();
-    let moe = config.moe.clone().expect("35B-A3B is MoE");
+    let FeedForwardType::Moe(moe) = config.feed_forward.clone() else { panic!("35B-A3B is MoE") };
     assert_eq!((moe.num_experts, moe.num_experts_per_tok, moe.moe_intermediate_size, moe.shared_expert_intermediate_size), (256, 8, 512, 512));
     assert_eq!(config.num_hidden_layers, 40);
     assert_eq!(full_attention_layers(&config), (0..10).map(|g| 4 * g + 3).collect::<Vec<_>>());
     assert!(!config.tie_word_embeddings);
-    assert_eq!(config.intermediate_size, None);
 
     let model = config.init::<B>(&Default::default());
     let TokenMixer::LinearAttn(delta) = &model.layers[0].mixer else { panic!("layer 0 must be DeltaNet") };
@@ -84,7 +83,7 @@ fn flat_config_uses_the_interval_and_the_theta_fallback() {
     assert_eq!(config.rope_theta, 10_000.0);
     assert_eq!(config.partial_rotary_factor, 0.25);
     assert_eq!(config.hidden_size, 4096); // transformers' dense default
-    assert_eq!(config.intermediate_size, Some(12_288));
+    assert_eq!(config.feed_forward, FeedForwardType::Dense { intermediate_size: 12_288 });
 }
 
 #[test]

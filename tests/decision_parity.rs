@@ -4,7 +4,7 @@
 #![allow(deprecated)] // burn-candle is deprecated upstream from 0.21; still a supported backend here.
 
 use decider::{Decider, SystemOneRequest};
-use decider_ops::DeciderOps;
+use qwen35::Qwen35Ops;
 use serde_json::json;
 
 fn request() -> SystemOneRequest {
@@ -18,14 +18,14 @@ fn request() -> SystemOneRequest {
     SystemOneRequest::new(state, questions.as_object().unwrap().clone())
 }
 
-fn logits<B: DeciderOps>() -> Vec<Vec<f32>> {
+fn logits<B: Qwen35Ops>() -> Vec<Vec<f32>> {
     let decider = Decider::<B>::demo(&Default::default());
     let plan = decider.prompter().plan(&request()).unwrap();
     decider.slot_logits(&plan.rows)
 }
 
 #[cfg(any(feature = "candle", feature = "wgpu"))]
-fn check<B: DeciderOps>(backend: &str) {
+fn check<B: Qwen35Ops>(backend: &str) {
     let reference = logits::<burn::backend::NdArray>();
     let ours = logits::<B>();
     assert_eq!(ours.len(), reference.len());

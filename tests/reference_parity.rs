@@ -4,12 +4,12 @@
 //! Tolerance: `1e-4 * max(1, max |reference|)` per tensor.
 #![allow(deprecated)] // burn-candle is deprecated upstream from 0.21; still a supported backend here.
 
-use decider_ops::DeciderOps;
+use qwen35::Qwen35Ops;
 use integration_tests::{LAYOUTS, MODELS, RUNS, Reference, assert_close, fixture_path};
 
 const TOLERANCE: f32 = 1e-4;
 
-fn check<B: DeciderOps>(backend: &str, model_name: &str, layout: &str) {
+fn check<B: Qwen35Ops>(backend: &str, model_name: &str, layout: &str) {
     let device = Default::default();
     let (config, model) = qwen35::load_model::<B>(fixture_path(&format!("{model_name}/{layout}")), &device)
         .unwrap_or_else(|e| panic!("{model_name}/{layout}: {e}"));

@@ -7,10 +7,10 @@
 
 use burn::tensor::{Distribution, Tensor};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use decider_ops::DeciderOps;
+use qwen35::Qwen35Ops;
 use qwen35::delta_rule::chunked_gated_delta_rule;
 
-fn bench_backend<B: DeciderOps>(c: &mut Criterion, backend: &str) {
+fn bench_backend<B: Qwen35Ops>(c: &mut Criterion, backend: &str) {
     let device = B::Device::default();
     let (len, heads, d) = (512, 16, 128);
     let normal = Distribution::Normal(0.0, 1.0);

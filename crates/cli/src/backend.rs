@@ -5,7 +5,7 @@
 use std::fmt;
 
 use clap::ValueEnum;
-use decider_ops::DeciderOps;
+use qwen35::Qwen35Ops;
 
 /// The backends compiled into this build (clap lists them for `--backend`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -43,7 +43,7 @@ impl fmt::Display for BackendName {
 /// A computation generic over the backend (closures cannot be generic, so commands implement
 /// this and [`dispatch`] picks the type).
 pub trait GenericTask {
-    fn run<B: DeciderOps>(self, device: &B::Device) -> anyhow::Result<()>;
+    fn run<B: Qwen35Ops>(self, device: &B::Device) -> anyhow::Result<()>;
 }
 
 /// Runs `task` on the backend `name` with its default device.

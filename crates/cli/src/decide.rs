@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use decider::SystemOneRequest;
-use decider_ops::DeciderOps;
+use qwen35::Qwen35Ops;
 use serde_json::{Map, Value};
 
 use decider_cli::backend::{BackendName, GenericTask};
@@ -65,7 +65,7 @@ impl DecideArgs {
 }
 
 impl GenericTask for &DecideArgs {
-    fn run<B: DeciderOps>(self, device: &B::Device) -> anyhow::Result<()> {
+    fn run<B: Qwen35Ops>(self, device: &B::Device) -> anyhow::Result<()> {
         let request = self.request()?;
         let start = Instant::now();
         let decider = self.model.load::<B>(device)?;

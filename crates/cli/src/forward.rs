@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use burn::tensor::{Int, Tensor, TensorData};
-use decider_ops::DeciderOps;
+use qwen35::Qwen35Ops;
 use npyz::WriterBuilder;
 
 use decider_cli::backend::{BackendName, GenericTask};
@@ -28,7 +28,7 @@ pub struct ForwardArgs {
 }
 
 impl GenericTask for &ForwardArgs {
-    fn run<B: DeciderOps>(self, device: &B::Device) -> anyhow::Result<()> {
+    fn run<B: Qwen35Ops>(self, device: &B::Device) -> anyhow::Result<()> {
         let start = Instant::now();
         let (config, model) = qwen35::load_model::<B>(&self.model, device)
             .with_context(|| format!("loading the model in {}", self.model.display()))?;

@@ -1,6 +1,6 @@
 //! `decider info`: what a model folder holds, as the runtime reads it.
 
-use decider_ops::DeciderOps;
+use qwen35::Qwen35Ops;
 use qwen35::decoder::{DecoderLayer, FeedForward, TokenMixer};
 use serde_json::json;
 
@@ -17,7 +17,7 @@ pub struct InfoArgs {
 }
 
 impl GenericTask for &InfoArgs {
-    fn run<B: DeciderOps>(self, device: &B::Device) -> anyhow::Result<()> {
+    fn run<B: Qwen35Ops>(self, device: &B::Device) -> anyhow::Result<()> {
         let decider = self.model.load::<B>(device)?;
         let model = decider.model();
         let config = &decider.prompter().config;
@@ -52,7 +52,7 @@ impl GenericTask for &InfoArgs {
 }
 
 /// A layer's token mixer and feed-forward, in the checkpoint's words.
-fn layer_kind<B: DeciderOps>(layer: &DecoderLayer<B>) -> &'static str {
+fn layer_kind<B: Qwen35Ops>(layer: &DecoderLayer<B>) -> &'static str {
     match (&layer.mixer, &layer.mlp) {
         (TokenMixer::LinearAttn(_), FeedForward::Dense(_)) => "linear_attention + mlp",
         (TokenMixer::LinearAttn(_), FeedForward::Sparse(_)) => "linear_attention + moe",

@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use anyhow::Context;
 use decider::{Decider, Prompter};
-use decider_ops::DeciderOps;
+use qwen35::Qwen35Ops;
 
 #[derive(Clone, Debug)]
 pub enum ModelSource {
@@ -51,7 +51,7 @@ impl ModelSource {
     }
 
     /// The whole model on backend `B`.
-    pub fn load<B: DeciderOps>(&self, device: &B::Device) -> anyhow::Result<Decider<B>> {
+    pub fn load<B: Qwen35Ops>(&self, device: &B::Device) -> anyhow::Result<Decider<B>> {
         let dir = match self {
             Self::Demo => return Ok(Decider::demo(device)),
             Self::Folder(dir) => dir.clone(),

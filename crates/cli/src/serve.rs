@@ -17,7 +17,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use decider::{AnswerType, DeciderError, Plan, Prompter, SystemOneRequest};
-use decider_ops::DeciderOps;
+use qwen35::Qwen35Ops;
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
 
@@ -115,7 +115,7 @@ impl ServeArgs {
 }
 
 impl GenericTask for &ServeArgs {
-    fn run<B: DeciderOps>(self, device: &B::Device) -> anyhow::Result<()> {
+    fn run<B: Qwen35Ops>(self, device: &B::Device) -> anyhow::Result<()> {
         let demo = if self.model.is_demo() { " (demo model: random weights)" } else { "" };
         serve::<B>(self, device, shutdown_signal(), |name, addr| {
             println!("decider serving {name} on http://{addr} with backend {}{demo}", self.backend);
@@ -127,7 +127,7 @@ impl GenericTask for &ServeArgs {
 
 /// Loads the model, binds `args.addr`, calls `ready` with the model name and bound address, and
 /// serves until `shutdown` completes; requests in flight are finished first.
-pub fn serve<B: DeciderOps>(
+pub fn serve<B: Qwen35Ops>(
     args: &ServeArgs,
     device: &B::Device,
     shutdown: impl Future<Output = ()> + Send + 'static,

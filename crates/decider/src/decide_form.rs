@@ -3,7 +3,7 @@
 //! `{"type": "scale", "legend": [...] | {number: description}}`. All questions are packed into
 //! one row after the context (capped at 1,536 tokens).
 
-use decider_ops::DeciderOps;
+use qwen35::Qwen35Ops;
 use serde_json::{Map, Value};
 
 use crate::answer::{argmax, py_round};
@@ -86,7 +86,7 @@ fn fields(schema: Option<&Value>, neutralize_none: bool) -> Result<Vec<(String, 
     Ok(out)
 }
 
-impl<B: DeciderOps> Decider<B> {
+impl<B: Qwen35Ops> Decider<B> {
     /// Answers the `/decide` form; an empty schema answers `{}` without running the model.
     pub fn decide_json(&self, context: &str, schema: Option<&Value>) -> Result<Map<String, Value>, DeciderError> {
         let config = &self.prompter().config;

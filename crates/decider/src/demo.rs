@@ -45,15 +45,16 @@ struct SeededWeights {
 
 impl<B: Backend> ModuleMapper<B> for SeededWeights {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        let (id, tensor, mapper) = param.consume();
-        let shape = tensor.shape();
+        // Only the shape is read: the lazy initial values are never drawn.
+        let shape = param.lazy_shape();
         let dims = shape.dims::<D>();
         let bound = if D >= 2 { 1.0 / (dims[D - 2] as f32).sqrt() } else { 0.5 };
         let mut rng = ChaCha8Rng::seed_from_u64(DEMO_SEED);
         rng.set_stream(self.next_stream);
         self.next_stream += 1;
         let values: Vec<f32> = (0..shape.num_elements()).map(|_| rng.random_range(-bound..bound)).collect();
-        let tensor = Tensor::from_data(TensorData::new(values, shape), &tensor.device());
-        Param::from_mapped_value(id, tensor, mapper)
+        let id = param.id;
+        let tensor = Tensor::from_data(TensorData::new(values, shape), &param.lazy_device());
+        param.transform_for_load(tensor, id)
     }
 }

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use burn::tensor::{Int, Tensor, TensorData};
-use decider_ops::DeciderOps;
+use qwen35::Qwen35Ops;
 use qwen35::Qwen35Model;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -143,7 +143,7 @@ pub struct DecideAnswer {
 }
 
 /// A loaded decider model on backend `B`.
-pub struct Decider<B: DeciderOps> {
+pub struct Decider<B: Qwen35Ops> {
     model: Qwen35Model<B>,
     prompter: Prompter,
     /// The output head's label rows, `[hidden, 255]`: a decision never computes the full
@@ -154,7 +154,7 @@ pub struct Decider<B: DeciderOps> {
     share_prefix: bool,
 }
 
-impl<B: DeciderOps> Decider<B> {
+impl<B: Qwen35Ops> Decider<B> {
     /// Loads a model folder: `config.json`, safetensors weights, `tokenizer.json` and
     /// `decider_config.json`.
     pub fn load(dir: impl AsRef<Path>, device: &B::Device) -> Result<Self, DeciderError> {

@@ -19,3 +19,5 @@ pub use error::DeciderError;
 pub use prompt::{Plan, PlanOptions, Row};
 pub use question::{AnswerType, RenderedQuestion};
 pub use tokenizer::{LabelTable, Tokenizer};
+/// The backend bound of [`Decider`]: the one the Qwen3.5 layers need.
+pub use qwen35::Qwen35Ops;

@@ -10,8 +10,3 @@ mod unit_lower_inverse;
 
 pub use expert_count::{ExpertCount, expert_count};
 pub use unit_lower_inverse::{UnitLowerInverse, unit_lower_inverse};
-
-/// Every op of this crate: the bound that model code puts on its backend.
-pub trait DeciderOps: ExpertCount + UnitLowerInverse {}
-
-impl<B: ExpertCount + UnitLowerInverse> DeciderOps for B {}

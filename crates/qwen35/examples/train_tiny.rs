@@ -4,7 +4,7 @@
 //!
 //! Run: `cargo run --release -p qwen35 --example train_tiny [--features wgpu]` (Autodiff<NdArray>,
 //! and Autodiff<Wgpu> when compiled in). The backend only has to implement
-//! `decider_ops::DeciderOps` (the two special ops) besides burn's own.
+//! `qwen35::Qwen35Ops` (the two special ops) besides burn's own.
 
 use burn::backend::{Autodiff, NdArray};
 use burn::module::{AutodiffModule, Module};
@@ -13,7 +13,7 @@ use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Int, Tensor, TensorData};
-use decider_ops::DeciderOps;
+use qwen35::Qwen35Ops;
 use qwen35::delta_net::{GatedDeltaNet, GatedDeltaNetConfig};
 use qwen35::moe::{SparseMoe, SparseMoeConfig};
 use qwen35::norm::{RmsNorm, RmsNormConfig};
@@ -32,7 +32,7 @@ struct TinyModel<B: burn::tensor::backend::Backend> {
 const VOCAB: usize = 16;
 const HIDDEN: usize = 32;
 
-impl<B: DeciderOps> TinyModel<B> {
+impl<B: Qwen35Ops> TinyModel<B> {
     fn new(device: &B::Device) -> Self {
         Self {
             embed: EmbeddingConfig::new(VOCAB, HIDDEN).init(device),
@@ -54,7 +54,7 @@ impl<B: DeciderOps> TinyModel<B> {
 }
 
 /// Cross-entropy of next-token prediction on `[batch, len]` ids.
-fn loss<B: DeciderOps>(model: &TinyModel<B>, ids: &Tensor<B, 2, Int>) -> Tensor<B, 1> {
+fn loss<B: Qwen35Ops>(model: &TinyModel<B>, ids: &Tensor<B, 2, Int>) -> Tensor<B, 1> {
     let [batch, len] = ids.dims();
     let logits = model.forward(ids.clone().narrow(1, 0, len - 1));
     let targets = ids.clone().narrow(1, 1, len - 1).reshape([batch * (len - 1)]);
@@ -62,9 +62,9 @@ fn loss<B: DeciderOps>(model: &TinyModel<B>, ids: &Tensor<B, 2, Int>) -> Tensor<
 }
 
 /// Trains for `steps` and returns the losses, first to last.
-fn train<B: AutodiffBackend + DeciderOps>(steps: usize) -> Vec<f32>
+fn train<B: AutodiffBackend + Qwen35Ops>(steps: usize) -> Vec<f32>
 where
-    B::InnerBackend: DeciderOps,
+    B::InnerBackend: Qwen35Ops,
 {
     let device = B::Device::default();
     let mut model = TinyModel::<B>::new(&device);

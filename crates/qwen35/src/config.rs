@@ -22,6 +22,15 @@ pub enum LayerType {
     FullAttention,
 }
 
+/// The feed-forward of every layer: the one thing that tells Qwen3.5 from Qwen3.5-MoE.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FeedForwardType {
+    /// `qwen3_5`: a SwiGLU MLP of width `intermediate_size`.
+    Dense { intermediate_size: usize },
+    /// `qwen3_5_moe`: routed experts plus a shared expert.
+    Moe(MoeConfig),
+}
+
 /// The sparse MoE feed-forward of Qwen3.5-MoE (every layer is sparse).
 #[derive(Debug, Clone, PartialEq)]
 pub struct MoeConfig {
@@ -40,8 +49,6 @@ pub struct MoeConfig {
 pub struct Qwen35Config {
     pub vocab_size: usize,
     pub hidden_size: usize,
-    /// Dense MLP width; `None` for MoE models.
-    pub intermediate_size: Option<usize>,
     pub num_hidden_layers: usize,
     pub num_attention_heads: usize,
     pub num_key_value_heads: usize,
@@ -56,8 +63,7 @@ pub struct Qwen35Config {
     pub linear_num_key_heads: usize,
     pub linear_num_value_heads: usize,
     pub layer_types: Vec<LayerType>,
-    /// Present for Qwen3.5-MoE.
-    pub moe: Option<MoeConfig>,
+    pub feed_forward: FeedForwardType,
 }
 
 /// The text fields as they appear in `config.json`; absent fields take the class defaults.
@@ -144,7 +150,7 @@ impl Qwen35Config {
 
     /// Whether the feed-forward of every layer is the sparse MoE block.
     pub fn is_moe(&self) -> bool {
-        self.moe.is_some()
+        matches!(self.feed_forward, FeedForwardType::Moe(_))
     }
 
     /// Channels of each attention head that get the rotary embedding (64 for the real models).
@@ -230,8 +236,8 @@ impl Qwen35Config {
                 ),
             });
         }
-        match (&self.moe, self.intermediate_size) {
-            (Some(moe), _) => {
+        match &self.feed_forward {
+            FeedForwardType::Moe(moe) => {
                 for (field, value) in [
                     ("num_experts", moe.num_experts),
                     ("num_experts_per_tok", moe.num_experts_per_tok),
@@ -249,10 +255,10 @@ impl Qwen35Config {
                     });
                 }
             }
-            (None, Some(0)) => {
+            FeedForwardType::Dense { intermediate_size: 0 } => {
                 return Err(ConfigError::Field { field_path: "intermediate_size".into(), message: "must be positive".into() });
             }
-            (None, _) => {}
+            FeedForwardType::Dense { .. } => {}
         }
         Ok(())
     }
@@ -295,16 +301,18 @@ impl RawTextConfig {
             .and_then(|r| r.partial_rotary_factor)
             .or(self.partial_rotary_factor)
             .unwrap_or(0.25);
-        let moe = is_moe.then(|| MoeConfig {
-            num_experts: self.num_experts.unwrap_or(256),
-            num_experts_per_tok: self.num_experts_per_tok.unwrap_or(8),
-            moe_intermediate_size: self.moe_intermediate_size.unwrap_or(512),
-            shared_expert_intermediate_size: self.shared_expert_intermediate_size.unwrap_or(512),
-        });
+        let feed_forward = match is_moe {
+            true => FeedForwardType::Moe(MoeConfig {
+                num_experts: self.num_experts.unwrap_or(256),
+                num_experts_per_tok: self.num_experts_per_tok.unwrap_or(8),
+                moe_intermediate_size: self.moe_intermediate_size.unwrap_or(512),
+                shared_expert_intermediate_size: self.shared_expert_intermediate_size.unwrap_or(512),
+            }),
+            false => FeedForwardType::Dense { intermediate_size: self.intermediate_size.unwrap_or(12_288) },
+        };
         Ok(Qwen35Config {
             vocab_size: self.vocab_size.unwrap_or(248_320),
             hidden_size: self.hidden_size.unwrap_or(if is_moe { 2048 } else { 4096 }),
-            intermediate_size: (!is_moe).then(|| self.intermediate_size.unwrap_or(12_288)),
             num_hidden_layers,
             num_attention_heads: self.num_attention_heads.unwrap_or(16),
             num_key_value_heads: self.num_key_value_heads.unwrap_or(if is_moe { 2 } else { 4 }),
@@ -319,7 +327,7 @@ impl RawTextConfig {
             linear_num_key_heads: self.linear_num_key_heads.unwrap_or(16),
             linear_num_value_heads: self.linear_num_value_heads.unwrap_or(32),
             layer_types,
-            moe,
+            feed_forward,
         })
     }
 }

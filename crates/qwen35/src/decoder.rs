@@ -4,7 +4,7 @@
 use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{Tensor, backend::Backend};
-use decider_ops::DeciderOps;
+use crate::Qwen35Ops;
 
 use crate::attention::{GatedAttention, GatedAttentionConfig};
 use crate::cache::LayerState;
@@ -95,7 +95,7 @@ pub struct RopeTables<'a, B: Backend> {
     pub sin: Tensor<B, 2>,
 }
 
-impl<B: DeciderOps> DecoderLayer<B> {
+impl<B: Qwen35Ops> DecoderLayer<B> {
     /// `hidden`: `[batch, len, hidden]`; `past`: this layer's state from earlier tokens.
     pub fn forward(&self, hidden: Tensor<B, 3>, past: Option<&LayerState<B>>, rope: &RopeTables<B>) -> LayerOutput<B> {
         let x = self.input_layernorm.forward(hidden.clone());

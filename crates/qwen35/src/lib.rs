@@ -5,7 +5,7 @@
 //! other burn models; [`Qwen35Model`] stacks them and [`load_model`] fills it from a Hugging Face
 //! checkpoint folder (memory-mapped safetensors, both the released and the `save_pretrained`
 //! layouts). The two special ops (expert count, triangular inverse) come from `decider-ops`:
-//! the backend must implement [`decider_ops::DeciderOps`].
+//! the backend must implement [`decider_ops::Qwen35Ops`].
 
 pub mod attention;
 pub mod cache;
@@ -23,7 +23,14 @@ pub mod rope;
 pub mod weights;
 
 pub use cache::ModelCache;
-pub use config::{LayerType, MoeConfig, Qwen35Config};
+pub use config::{FeedForwardType, LayerType, MoeConfig, Qwen35Config};
 pub use error::{ConfigError, LoadError};
 pub use model::{ForwardTrace, LayerTrace, Qwen35Model};
 pub use weights::load_model;
+
+/// The backend bound of the Qwen3.5 layers: burn's `Backend` plus the special ops of
+/// `decider-ops` that they call (the MoE's tokens-per-expert count, the chunked delta rule's
+/// unit-lower-triangular inverse). Every backend with those extensions has it.
+pub trait Qwen35Ops: decider_ops::ExpertCount + decider_ops::UnitLowerInverse {}
+
+impl<B: decider_ops::ExpertCount + decider_ops::UnitLowerInverse> Qwen35Ops for B {}

@@ -3,11 +3,11 @@
 use burn::module::Module;
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::tensor::{Int, Tensor, backend::Backend};
-use decider_ops::DeciderOps;
+use crate::Qwen35Ops;
 
 use crate::attention::GatedAttentionConfig;
 use crate::cache::ModelCache;
-use crate::config::{LayerType, Qwen35Config};
+use crate::config::{FeedForwardType, LayerType, Qwen35Config};
 use crate::decoder::{DecoderLayer, DecoderLayerConfig, FeedForwardConfig, RopeTables, TokenMixerConfig};
 use crate::delta_net::GatedDeltaNetConfig;
 use crate::mlp::MlpConfig;
@@ -68,18 +68,15 @@ impl Qwen35Config {
                     .with_rms_norm_eps(self.rms_norm_eps),
             ),
         };
-        let mlp = match &self.moe {
-            Some(moe) => FeedForwardConfig::Sparse(SparseMoeConfig::new(
+        let mlp = match &self.feed_forward {
+            FeedForwardType::Moe(moe) => FeedForwardConfig::Sparse(SparseMoeConfig::new(
                 h,
                 moe.num_experts,
                 moe.num_experts_per_tok,
                 moe.moe_intermediate_size,
                 moe.shared_expert_intermediate_size,
             )),
-            None => FeedForwardConfig::Dense(MlpConfig::new(
-                h,
-                self.intermediate_size.expect("dense configs have intermediate_size"),
-            )),
+            FeedForwardType::Dense { intermediate_size } => FeedForwardConfig::Dense(MlpConfig::new(h, *intermediate_size)),
         };
         DecoderLayerConfig::new(h, mixer, mlp).with_rms_norm_eps(self.rms_norm_eps)
     }
@@ -100,7 +97,7 @@ impl Qwen35Config {
     }
 }
 
-impl<B: DeciderOps> Qwen35Model<B> {
+impl<B: Qwen35Ops> Qwen35Model<B> {
     /// Logits `[batch, len, vocab]` of a fresh sequence.
     pub fn forward(&self, ids: Tensor<B, 2, Int>) -> Tensor<B, 3> {
         let mut cache = self.new_cache();

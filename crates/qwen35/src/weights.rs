@@ -1,27 +1,71 @@
-//! Checkpoint names -> modules (spec §11). The functions below read like the weight list of the
-//! spec: each module is built from the tensors of the same name.
+//! Checkpoint tensors -> module parameters.
 //!
-//! Two layouts are accepted: released checkpoints (`model.language_model.` prefix, fused 3-D
-//! experts, `model.visual.*` and `mtp.*` ignored) and transformers' `save_pretrained` of the text
-//! model (`model.` prefix, per-expert 2-D tensors). Linear weights are stored `[out, in]` and
-//! transposed on the host to burn's `[in, out]` while loading.
+//! The model is built by its own `Config::init` (lazily: shapes only, nothing allocated), and
+//! [`CheckpointFiller`] walks it as a burn [`ModuleMapper`], replacing each parameter by the
+//! checkpoint tensor at the same module path. Shapes come from the modules, never from here;
+//! this file only knows where the checkpoint's names and layouts differ from the module tree,
+//! as the three tables below:
+//!
+//! - [`PREFIXES`]: released checkpoints nest the text model under `model.language_model.`
+//!   (their `model.visual.*` and `mtp.*` tensors are ignored), transformers' `save_pretrained`
+//!   of the text model under `model.`; `lm_head` is at the root in both.
+//! - [`RENAMES`]: module paths the checkpoint spells differently (enum variants, `A_log`).
+//! - [`STORED`]: parameters stored in another layout: PyTorch's `[out, in]` linear weights
+//!   (burn's `Linear` is `[in, out]`), the conv kernel's singleton channel axis, and the
+//!   routed experts, fused 3-D (released) or one 2-D tensor per expert (`save_pretrained`).
+//!
+//! A tied output head needs no rule: the config builds no `lm_head` module then.
 
 use std::path::Path;
 
-use burn::module::Param;
-use burn::nn::{Embedding, Linear};
+use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::{Tensor, TensorData, backend::Backend};
+use rayon::prelude::*;
 
-use crate::attention::GatedAttention;
 use crate::checkpoint::Checkpoint;
-use crate::config::{LayerType, Qwen35Config};
-use crate::decoder::{DecoderLayer, FeedForward, TokenMixer};
-use crate::delta_net::GatedDeltaNet;
+use crate::config::Qwen35Config;
 use crate::error::LoadError;
-use crate::mlp::Mlp;
 use crate::model::Qwen35Model;
-use crate::moe::{Experts, SparseMoe};
-use crate::norm::{GatedRmsNorm, RmsNorm};
+
+/// Where the text model's tensors start, in the order tried: released checkpoints, then
+/// `save_pretrained` output.
+pub const PREFIXES: [&str; 2] = ["model.language_model.", "model."];
+
+/// Top-level modules that are stored without the prefix.
+pub const ROOT_MODULES: [&str; 1] = ["lm_head"];
+
+/// `(this crate's module path, the checkpoint's)`, matched on whole dotted segments.
+pub const RENAMES: [(&str, &str); 6] = [
+    ("mixer.LinearAttn", "linear_attn"),
+    ("mixer.SelfAttn", "self_attn"),
+    ("mlp.Dense", "mlp"),
+    ("mlp.Sparse", "mlp"),
+    ("a_log", "A_log"),
+    ("conv1d", "conv1d.weight"),
+];
+
+/// How a parameter is laid out in the checkpoint, where that differs from the module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    /// The module's own shape and order.
+    AsIs,
+    /// A 2-D `[in, out]` weight stored `[out, in]`.
+    Transposed,
+    /// A depthwise conv kernel `[C, K]` stored as PyTorch's `Conv1d` weight `[C, 1, K]`.
+    Conv1dKernel,
+    /// Routed experts `[E, in, out]`: either one fused `[E, out, in]` tensor of the parameter's
+    /// own name, or per expert `e` the tensors `{experts}.{e}.{part}.weight`, each `[out / parts,
+    /// in]`, concatenated along `out` in the order given.
+    Experts { per_expert: &'static [&'static str] },
+}
+
+/// `(owning module type, field, layout)`; parameters not listed are stored as they are.
+pub const STORED: [(&str, &str, Stored); 4] = [
+    ("Struct:Linear", "weight", Stored::Transposed),
+    ("Struct:GatedDeltaNet", "conv1d", Stored::Conv1dKernel),
+    ("Struct:Experts", "gate_up_proj", Stored::Experts { per_expert: &["gate_proj", "up_proj"] }),
+    ("Struct:Experts", "down_proj", Stored::Experts { per_expert: &["down_proj"] }),
+];
 
 /// Loads `config.json` and the safetensors weights of a model folder.
 pub fn load_model<B: Backend>(dir: impl AsRef<Path>, device: &B::Device) -> Result<(Qwen35Config, Qwen35Model<B>), LoadError> {
@@ -32,177 +76,176 @@ pub fn load_model<B: Backend>(dir: impl AsRef<Path>, device: &B::Device) -> Resu
     Ok((config, model))
 }
 
-/// Builds the model of `config` from the tensors of `checkpoint`.
+/// Builds the model of `config` and fills every parameter from `checkpoint`.
 pub fn load_weights<B: Backend>(config: &Qwen35Config, checkpoint: &Checkpoint, device: &B::Device) -> Result<Qwen35Model<B>, LoadError> {
-    let prefix = ["model.language_model.", "model."]
-        .into_iter()
-        .find(|prefix| checkpoint.contains(&format!("{prefix}embed_tokens.weight")))
-        .ok_or_else(|| LoadError::MissingTensor {
-            name: "model.embed_tokens.weight (or model.language_model.embed_tokens.weight)".into(),
-        })?;
-    let loader = Loader { checkpoint, config, device };
-    let (vocab, hidden) = (config.vocab_size, config.hidden_size);
-    let layers = (0..config.num_hidden_layers)
-        .map(|i| loader.decoder_layer(&format!("{prefix}layers.{i}"), config.layer_types[i]))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(Qwen35Model {
-        embed_tokens: Embedding { weight: Param::from_tensor(loader.tensor(&format!("{prefix}embed_tokens.weight"), [vocab, hidden])?) },
-        layers,
-        norm: loader.rms_norm(&format!("{prefix}norm"), hidden)?,
-        lm_head: match config.tie_word_embeddings {
-            true => None,
-            false => Some(loader.linear("lm_head", hidden, vocab)?),
-        },
-        rotary_dim: config.rotary_dim(),
-        rope_theta: config.rope_theta,
-    })
+    let mut filler = CheckpointFiller::new(checkpoint, device)?;
+    let model = config.init::<B>(device).map(&mut filler);
+    match filler.error {
+        Some(error) => Err(error),
+        None => Ok(model),
+    }
 }
 
-struct Loader<'a, B: Backend> {
+/// A [`ModuleMapper`] that replaces every float parameter of a freshly initialised (lazy)
+/// module by the checkpoint tensor at its path. Unmapped lazy parameters are never allocated.
+/// The first error stops the loading; it is kept in `error` (a mapper cannot return one).
+pub struct CheckpointFiller<'a, B: Backend> {
     checkpoint: &'a Checkpoint,
-    config: &'a Qwen35Config,
     device: &'a B::Device,
+    prefix: &'static str,
+    /// The path being visited: each entered field (or index, or enum variant) with the type of
+    /// the module that holds it.
+    path: Vec<(String, String)>,
+    /// The checkpoint tensors read so far, in module order.
+    pub tensors_read: Vec<String>,
+    pub error: Option<LoadError>,
 }
 
-impl<B: Backend> Loader<'_, B> {
-    fn decoder_layer(&self, p: &str, kind: LayerType) -> Result<DecoderLayer<B>, LoadError> {
-        let hidden = self.config.hidden_size;
-        Ok(DecoderLayer {
-            input_layernorm: self.rms_norm(&format!("{p}.input_layernorm"), hidden)?,
-            mixer: match kind {
-                LayerType::LinearAttention => TokenMixer::LinearAttn(self.delta_net(&format!("{p}.linear_attn"))?),
-                LayerType::FullAttention => TokenMixer::SelfAttn(self.attention(&format!("{p}.self_attn"))?),
-            },
-            post_attention_layernorm: self.rms_norm(&format!("{p}.post_attention_layernorm"), hidden)?,
-            mlp: match self.config.intermediate_size {
-                Some(width) => FeedForward::Dense(self.mlp(&format!("{p}.mlp"), width)?),
-                None => FeedForward::Sparse(self.moe(&format!("{p}.mlp"))?),
-            },
-        })
+impl<'a, B: Backend> CheckpointFiller<'a, B> {
+    /// A filler for a checkpoint in either layout (the prefix is found from the embeddings).
+    pub fn new(checkpoint: &'a Checkpoint, device: &'a B::Device) -> Result<Self, LoadError> {
+        let prefix = PREFIXES
+            .into_iter()
+            .find(|prefix| checkpoint.contains(&format!("{prefix}embed_tokens.weight")))
+            .ok_or_else(|| LoadError::MissingTensor {
+                name: PREFIXES.map(|prefix| format!("{prefix}embed_tokens.weight")).join(" or "),
+            })?;
+        Ok(Self { checkpoint, device, prefix, path: Vec::new(), tensors_read: Vec::new(), error: None })
     }
 
-    fn delta_net(&self, p: &str) -> Result<GatedDeltaNet<B>, LoadError> {
-        let c = self.config;
-        let (hidden, hv) = (c.hidden_size, c.linear_num_value_heads);
-        let (conv_dim, kernel) = (c.linear_conv_dim(), c.linear_conv_kernel_dim);
-        Ok(GatedDeltaNet {
-            in_proj_qkv: self.linear(&format!("{p}.in_proj_qkv"), hidden, conv_dim)?,
-            in_proj_z: self.linear(&format!("{p}.in_proj_z"), hidden, c.linear_value_dim())?,
-            in_proj_b: self.linear(&format!("{p}.in_proj_b"), hidden, hv)?,
-            in_proj_a: self.linear(&format!("{p}.in_proj_a"), hidden, hv)?,
-            conv1d: Param::from_tensor(self.tensor::<3>(&format!("{p}.conv1d.weight"), [conv_dim, 1, kernel])?.reshape([conv_dim, kernel])),
-            a_log: Param::from_tensor(self.tensor(&format!("{p}.A_log"), [hv])?),
-            dt_bias: Param::from_tensor(self.tensor(&format!("{p}.dt_bias"), [hv])?),
-            norm: GatedRmsNorm {
-                weight: Param::from_tensor(self.tensor(&format!("{p}.norm.weight"), [c.linear_value_head_dim])?),
-                eps: c.rms_norm_eps,
-            },
-            out_proj: self.linear(&format!("{p}.out_proj"), c.linear_value_dim(), hidden)?,
-            num_key_heads: c.linear_num_key_heads,
-            num_value_heads: hv,
-            key_head_dim: c.linear_key_head_dim,
-            value_head_dim: c.linear_value_head_dim,
-        })
+    /// The checkpoint name of the parameter at the current path.
+    fn checkpoint_name(&self) -> String {
+        let path: Vec<&str> = self.path.iter().map(|(name, _)| name.as_str()).collect();
+        let mut name = format!(".{}.", path.join("."));
+        for (ours, theirs) in RENAMES {
+            name = name.replace(&format!(".{ours}."), &format!(".{theirs}."));
+        }
+        let name = name.trim_matches('.');
+        match ROOT_MODULES.contains(&path[0]) {
+            true => name.to_owned(),
+            false => format!("{}{name}", self.prefix),
+        }
     }
 
-    fn attention(&self, p: &str) -> Result<GatedAttention<B>, LoadError> {
-        let c = self.config;
-        let (hidden, heads, kv_heads, hd) = (c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim);
-        Ok(GatedAttention {
-            q_proj: self.linear(&format!("{p}.q_proj"), hidden, heads * 2 * hd)?,
-            k_proj: self.linear(&format!("{p}.k_proj"), hidden, kv_heads * hd)?,
-            v_proj: self.linear(&format!("{p}.v_proj"), hidden, kv_heads * hd)?,
-            o_proj: self.linear(&format!("{p}.o_proj"), heads * hd, hidden)?,
-            q_norm: self.rms_norm(&format!("{p}.q_norm"), hd)?,
-            k_norm: self.rms_norm(&format!("{p}.k_norm"), hd)?,
-            num_attention_heads: heads,
-            num_key_value_heads: kv_heads,
-            head_dim: hd,
-        })
+    /// The layout rule of the parameter at the current path.
+    fn stored(&self) -> Stored {
+        let Some((field, owner)) = self.path.last() else { return Stored::AsIs };
+        STORED
+            .iter()
+            .find(|(rule_owner, rule_field, _)| rule_owner == owner && rule_field == field)
+            .map_or(Stored::AsIs, |(_, _, stored)| *stored)
     }
 
-    fn mlp(&self, p: &str, width: usize) -> Result<Mlp<B>, LoadError> {
-        let hidden = self.config.hidden_size;
-        Ok(Mlp {
-            gate_proj: self.linear(&format!("{p}.gate_proj"), hidden, width)?,
-            up_proj: self.linear(&format!("{p}.up_proj"), hidden, width)?,
-            down_proj: self.linear(&format!("{p}.down_proj"), width, hidden)?,
-        })
-    }
-
-    fn moe(&self, p: &str) -> Result<SparseMoe<B>, LoadError> {
-        let moe = self.config.moe.as_ref().expect("a model without a dense MLP width is MoE");
-        let hidden = self.config.hidden_size;
-        Ok(SparseMoe {
-            gate: self.linear(&format!("{p}.gate"), hidden, moe.num_experts)?,
-            experts: self.experts(&format!("{p}.experts"))?,
-            shared_expert: self.mlp(&format!("{p}.shared_expert"), moe.shared_expert_intermediate_size)?,
-            shared_expert_gate: self.linear(&format!("{p}.shared_expert_gate"), hidden, 1)?,
-            num_experts_per_tok: moe.num_experts_per_tok,
-        })
-    }
-
-    /// Fused `gate_up_proj [E, 2I, H]` / `down_proj [E, H, I]` if present, else per-expert
-    /// `{e}.gate_proj.weight [I, H]`, `{e}.up_proj.weight [I, H]`, `{e}.down_proj.weight [H, I]`.
-    fn experts(&self, p: &str) -> Result<Experts<B>, LoadError> {
-        let moe = self.config.moe.as_ref().expect("MoE config");
-        let (e, h, i) = (moe.num_experts, self.config.hidden_size, moe.moe_intermediate_size);
-        let fused = format!("{p}.gate_up_proj");
-        let (gate_up, down) = if self.checkpoint.contains(&fused) {
-            let gate_up = self.checkpoint.read_f32(&fused, &[e, 2 * i, h])?;
-            let down = self.checkpoint.read_f32(&format!("{p}.down_proj"), &[e, h, i])?;
-            (transpose_batch(&gate_up, e, 2 * i, h), transpose_batch(&down, e, h, i))
-        } else {
-            let mut gate_up = Vec::with_capacity(e * h * 2 * i);
-            let mut down = Vec::with_capacity(e * i * h);
-            for expert in 0..e {
-                let gate = self.checkpoint.read_f32(&format!("{p}.{expert}.gate_proj.weight"), &[i, h])?;
-                let up = self.checkpoint.read_f32(&format!("{p}.{expert}.up_proj.weight"), &[i, h])?;
-                let both: Vec<f32> = gate.into_iter().chain(up).collect(); // [2I, H]
-                gate_up.extend(transpose_batch(&both, 1, 2 * i, h));
-                down.extend(transpose_batch(&self.checkpoint.read_f32(&format!("{p}.{expert}.down_proj.weight"), &[h, i])?, 1, h, i));
-            }
-            (gate_up, down)
+    /// The values of the parameter at the current path, in the module's layout `shape`.
+    fn read(&mut self, shape: &[usize]) -> Result<Vec<f32>, LoadError> {
+        let (name, stored, checkpoint) = (self.checkpoint_name(), self.stored(), self.checkpoint);
+        let mut read = |name: &str, shape: &[usize]| {
+            self.tensors_read.push(name.to_owned());
+            checkpoint.read_f32(name, shape)
         };
-        Ok(Experts {
-            gate_up_proj: Param::from_tensor(Tensor::from_data(TensorData::new(gate_up, [e, h, 2 * i]), self.device)),
-            down_proj: Param::from_tensor(Tensor::from_data(TensorData::new(down, [e, i, h]), self.device)),
-        })
-    }
-
-    /// `{name}.weight` stored `[out, in]`, as a bias-free burn `Linear` (`[in, out]`).
-    fn linear(&self, name: &str, d_in: usize, d_out: usize) -> Result<Linear<B>, LoadError> {
-        let weight = self.checkpoint.read_f32(&format!("{name}.weight"), &[d_out, d_in])?;
-        let weight = transpose_batch(&weight, 1, d_out, d_in);
-        Ok(Linear {
-            weight: Param::from_tensor(Tensor::from_data(TensorData::new(weight, [d_in, d_out]), self.device)),
-            bias: None,
-        })
-    }
-
-    fn rms_norm(&self, name: &str, size: usize) -> Result<RmsNorm<B>, LoadError> {
-        Ok(RmsNorm {
-            weight: Param::from_tensor(self.tensor(&format!("{name}.weight"), [size])?),
-            eps: self.config.rms_norm_eps,
-        })
-    }
-
-    fn tensor<const D: usize>(&self, name: &str, shape: [usize; D]) -> Result<Tensor<B, D>, LoadError> {
-        let values = self.checkpoint.read_f32(name, &shape)?;
-        Ok(Tensor::from_data(TensorData::new(values, shape), self.device))
-    }
-}
-
-/// Transposes each of `batch` row-major `[rows, cols]` matrices to `[cols, rows]`.
-fn transpose_batch(values: &[f32], batch: usize, rows: usize, cols: usize) -> Vec<f32> {
-    let mut out = vec![0.0; values.len()];
-    for b in 0..batch {
-        let (src, dst) = (&values[b * rows * cols..(b + 1) * rows * cols], &mut out[b * rows * cols..(b + 1) * rows * cols]);
-        for r in 0..rows {
-            for c in 0..cols {
-                dst[c * rows + r] = src[r * cols + c];
+        match stored {
+            Stored::AsIs => read(&name, shape),
+            Stored::Transposed => {
+                let &[d_in, d_out] = shape else { unreachable!("Linear weights are 2-D") };
+                Ok(transpose_last2(&read(&name, &[d_out, d_in])?, 1, d_out, d_in))
+            }
+            Stored::Conv1dKernel => {
+                let &[channels, kernel] = shape else { unreachable!("the conv kernel is 2-D") };
+                read(&name, &[channels, 1, kernel])
+            }
+            Stored::Experts { per_expert } => {
+                let &[experts, d_in, d_out] = shape else { unreachable!("stacked experts are 3-D") };
+                let stacked = if checkpoint.contains(&name) {
+                    read(&name, &[experts, d_out, d_in])?
+                } else {
+                    // `{..}.experts.gate_up_proj` -> `{..}.experts.{e}.gate_proj.weight`, ...
+                    let experts_path = name.rsplit_once('.').map_or(name.as_str(), |(module, _)| module);
+                    let part_out = d_out / per_expert.len();
+                    let mut stacked = Vec::with_capacity(experts * d_out * d_in);
+                    for expert in 0..experts {
+                        for part in per_expert {
+                            let part_name = format!("{experts_path}.{expert}.{part}.weight");
+                            stacked.extend(read(&part_name, &[part_out, d_in])?);
+                        }
+                    }
+                    stacked
+                };
+                Ok(transpose_last2(&stacked, experts, d_out, d_in))
             }
         }
     }
+}
+
+impl<B: Backend> ModuleMapper<B> for CheckpointFiller<'_, B> {
+    fn enter_module(&mut self, name: &str, container_type: &str) {
+        self.path.push((name.to_owned(), container_type.to_owned()));
+    }
+
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.pop();
+    }
+
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        if self.error.is_some() {
+            return param;
+        }
+        let shape = param.lazy_shape().dims::<D>();
+        match self.read(&shape) {
+            Ok(values) => {
+                let id = param.id;
+                // Keeps the parameter's device and autodiff setting.
+                param.transform_for_load(Tensor::from_data(TensorData::new(values, shape), self.device), id)
+            }
+            Err(error) => {
+                self.error = Some(error);
+                param
+            }
+        }
+    }
+}
+
+/// Transposes each of `batch` row-major `[rows, cols]` matrices to `[cols, rows]`, in tiles
+/// (so both sides are read and written a cache line at a time), in parallel over output rows.
+fn transpose_last2(values: &[f32], batch: usize, rows: usize, cols: usize) -> Vec<f32> {
+    const TILE: usize = 32;
+    let mut out = vec![0.0; values.len()];
+    if values.is_empty() {
+        return out;
+    }
+    let matrix = rows * cols;
+    debug_assert_eq!(values.len(), batch * matrix);
+    out.par_chunks_mut(matrix).zip(values.par_chunks(matrix)).for_each(|(out, src)| {
+        // Each task writes TILE output rows `c0..`: `dst[c][r] = src[r][c0 + c]`.
+        out.par_chunks_mut(rows * TILE).enumerate().for_each(|(tile, dst)| {
+            let (c0, width) = (tile * TILE, dst.len() / rows);
+            for r0 in (0..rows).step_by(TILE) {
+                for c in 0..width {
+                    for r in r0..(r0 + TILE).min(rows) {
+                        dst[c * rows + r] = src[r * cols + c0 + c];
+                    }
+                }
+            }
+        });
+    });
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::transpose_last2;
+
+    #[test]
+    fn tiled_transpose_equals_the_definition() {
+        for (batch, rows, cols) in [(1, 1, 1), (1, 3, 70), (2, 33, 31), (3, 64, 65), (1, 100, 1), (2, 1, 40)] {
+            let values: Vec<f32> = (0..batch * rows * cols).map(|i| i as f32).collect();
+            let out = transpose_last2(&values, batch, rows, cols);
+            for b in 0..batch {
+                for r in 0..rows {
+                    for c in 0..cols {
+                        assert_eq!(out[b * rows * cols + c * rows + r], values[b * rows * cols + r * cols + c], "{batch}x{rows}x{cols}");
+                    }
+                }
+            }
+        }
+    }
 }

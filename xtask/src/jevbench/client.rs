@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use decider::{Decider, DeciderError, SystemOneRequest};
-use decider_ops::DeciderOps;
+use decider::Qwen35Ops;
 use serde_json::{Map, Value, json};
 
 use super::items::Item;
@@ -46,9 +46,9 @@ pub fn request_body(item: &Item, model: &str) -> Value {
 }
 
 /// The model in this process.
-pub struct InProcess<'a, B: DeciderOps>(pub &'a Decider<B>);
+pub struct InProcess<'a, B: Qwen35Ops>(pub &'a Decider<B>);
 
-impl<B: DeciderOps> Endpoint for InProcess<'_, B> {
+impl<B: Qwen35Ops> Endpoint for InProcess<'_, B> {
     fn post(&mut self, body: &Value) -> Result<Value, Failure> {
         let questions = body["questions"].as_object().cloned().unwrap_or_default();
         let request = SystemOneRequest::new(body["state"].clone(), questions);

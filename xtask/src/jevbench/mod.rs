@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use decider_cli::backend::{BackendName, GenericTask};
 use decider_cli::model_source::ModelSource;
-use decider_ops::DeciderOps;
+use decider::Qwen35Ops;
 use serde_json::{Value, json};
 
 use self::client::{Endpoint, Http, InProcess};
@@ -106,7 +106,7 @@ fn meta(args: &JevbenchArgs, model: &str, source: &str, random: bool) -> Value {
 }
 
 impl GenericTask for &JevbenchArgs {
-    fn run<B: DeciderOps>(self, device: &B::Device) -> anyhow::Result<()> {
+    fn run<B: Qwen35Ops>(self, device: &B::Device) -> anyhow::Result<()> {
         let summary = match &self.endpoint {
             Some(url) => {
                 let meta = meta(self, &self.request_model, url, false);
