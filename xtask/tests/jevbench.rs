@@ -5,7 +5,7 @@ use std::path::Path;
 
 use burn::backend::NdArray;
 use decider::Decider;
-use decider_cli::model_source::ModelSource;
+use decider_cli::model_source::{ModelSource, WeightsArg};
 use decider_cli::serve::{ServeArgs, serve};
 use serde_json::Value;
 use xtask::jevbench::client::{Endpoint, Failure, Http, InProcess};
@@ -14,6 +14,7 @@ use xtask::jevbench::{JevbenchArgs, assets_dir, run_and_report, select_items};
 fn args(out: &Path, limit: Option<usize>) -> JevbenchArgs {
     JevbenchArgs {
         model: ModelSource::Demo,
+        weights: WeightsArg { format: Default::default() },
         backend: decider_cli::backend::BackendName::default_name(),
         tiers: vec!["easy".into(), "standard".into(), "hard".into()],
         endpoint: None,

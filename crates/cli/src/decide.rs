@@ -8,13 +8,15 @@ use qwen35::Qwen35Ops;
 use serde_json::{Map, Value};
 
 use decider_cli::backend::{BackendName, GenericTask};
-use decider_cli::model_source::ModelSource;
+use decider_cli::model_source::{ModelSource, WeightsArg};
 
 #[derive(clap::Args)]
 pub struct DecideArgs {
     /// Model folder, or `demo` (random weights, runs offline).
     #[arg(long)]
     pub model: ModelSource,
+    #[command(flatten)]
+    pub weights: WeightsArg,
     /// The state as text, or @FILE to read it from a file (used as it is).
     #[arg(long, conflicts_with = "state_json")]
     pub state: Option<String>,
@@ -68,7 +70,7 @@ impl GenericTask for &DecideArgs {
     fn run<B: Qwen35Ops>(self, device: &B::Device) -> anyhow::Result<()> {
         let request = self.request()?;
         let start = Instant::now();
-        let decider = self.model.load::<B>(device)?;
+        let decider = self.model.load::<B>(self.weights.format, device)?;
         let loaded = start.elapsed();
         let start = Instant::now();
         let response = decider.answer(&request)?;

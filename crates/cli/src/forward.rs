@@ -10,12 +10,15 @@ use qwen35::Qwen35Ops;
 use npyz::WriterBuilder;
 
 use decider_cli::backend::{BackendName, GenericTask};
+use decider_cli::model_source::WeightsArg;
 
 #[derive(clap::Args)]
 pub struct ForwardArgs {
     /// Model folder: config.json and model.safetensors (or an index and its shards).
     #[arg(long)]
     pub model: PathBuf,
+    #[command(flatten)]
+    pub weights: WeightsArg,
     /// Token ids, comma-separated, run as one sequence.
     #[arg(long, value_delimiter = ',', required = true)]
     pub ids: Vec<i64>,
@@ -30,7 +33,7 @@ pub struct ForwardArgs {
 impl GenericTask for &ForwardArgs {
     fn run<B: Qwen35Ops>(self, device: &B::Device) -> anyhow::Result<()> {
         let start = Instant::now();
-        let (config, model) = qwen35::load_model::<B>(&self.model, device)
+        let (config, model) = qwen35::load_model_with_weights::<B>(&self.model, self.weights.format, device)
             .with_context(|| format!("loading the model in {}", self.model.display()))?;
         let load_time = start.elapsed();
         if let Some(bad) = self.ids.iter().find(|&&id| id < 0 || id as usize >= config.vocab_size) {

@@ -5,20 +5,22 @@ use qwen35::decoder::{DecoderLayer, FeedForward, TokenMixer};
 use serde_json::json;
 
 use decider_cli::backend::{BackendName, GenericTask};
-use decider_cli::model_source::ModelSource;
+use decider_cli::model_source::{ModelSource, WeightsArg};
 
 #[derive(clap::Args)]
 pub struct InfoArgs {
     /// Model folder, or `demo`.
     #[arg(long)]
     pub model: ModelSource,
+    #[command(flatten)]
+    pub weights: WeightsArg,
     #[arg(long, value_enum, default_value_t = BackendName::default_name())]
     pub backend: BackendName,
 }
 
 impl GenericTask for &InfoArgs {
     fn run<B: Qwen35Ops>(self, device: &B::Device) -> anyhow::Result<()> {
-        let decider = self.model.load::<B>(device)?;
+        let decider = self.model.load::<B>(self.weights.format, device)?;
         let model = decider.model();
         let config = &decider.prompter().config;
         let tokenizer = &decider.prompter().tokenizer;
@@ -28,6 +30,7 @@ impl GenericTask for &InfoArgs {
             "model": decider.name(),
             "source": decider.source(),
             "backend": self.backend.to_string(),
+            "weights": self.weights.format.to_string(),
             "random_weights": self.model.is_demo(),
             "release_date": config.release_date,
             "layers": layers.len(),

@@ -7,7 +7,17 @@ use std::str::FromStr;
 
 use anyhow::Context;
 use decider::{Decider, Prompter};
-use qwen35::Qwen35Ops;
+use qwen35::{Qwen35Ops, WeightFormat};
+
+/// `--weights`: the format the projections and experts are held in (`decider info` and the
+/// README list which parameters that covers).
+#[derive(clap::Args, Clone, Debug)]
+pub struct WeightsArg {
+    /// Weight format of the projections and experts: f32 (exact) or q8 (8-bit blocks of 32,
+    /// llama.cpp's Q8_0).
+    #[arg(long = "weights", default_value_t = WeightFormat::F32)]
+    pub format: WeightFormat,
+}
 
 #[derive(Clone, Debug)]
 pub enum ModelSource {
@@ -50,14 +60,15 @@ impl ModelSource {
         Prompter::from_dir(&dir).with_context(|| format!("reading the tokenizer and decider_config.json in {}", dir.display()))
     }
 
-    /// The whole model on backend `B`.
-    pub fn load<B: Qwen35Ops>(&self, device: &B::Device) -> anyhow::Result<Decider<B>> {
+    /// The whole model on backend `B`, its projections and experts in `weights`.
+    pub fn load<B: Qwen35Ops>(&self, weights: WeightFormat, device: &B::Device) -> anyhow::Result<Decider<B>> {
         let dir = match self {
-            Self::Demo => return Ok(Decider::demo(device)),
+            Self::Demo if weights == WeightFormat::F32 => return Ok(Decider::demo(device)),
+            Self::Demo => anyhow::bail!("the demo model is built in f32 in memory; --weights {weights} applies to model folders and Hub ids"),
             Self::Folder(dir) => dir.clone(),
             Self::Hub(id) => hub::download(id, true)?,
         };
-        Decider::load(&dir, device).with_context(|| format!("loading the model in {}", dir.display()))
+        Decider::load_with_weights(&dir, weights, device).with_context(|| format!("loading the model in {}", dir.display()))
     }
 
     /// Whether answers come from random weights.

@@ -22,7 +22,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
 
 use crate::backend::{BackendName, GenericTask};
-use crate::model_source::ModelSource;
+use crate::model_source::{ModelSource, WeightsArg};
 
 mod body;
 use body::JsonBody;
@@ -32,6 +32,8 @@ pub struct ServeArgs {
     /// Model folder, or `demo` (random weights, runs offline).
     #[arg(long)]
     pub model: ModelSource,
+    #[command(flatten)]
+    pub weights: WeightsArg,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8000")]
     pub addr: SocketAddr,
@@ -102,6 +104,7 @@ impl ServeArgs {
     pub fn new(model: ModelSource) -> Self {
         Self {
             model,
+            weights: WeightsArg { format: Default::default() },
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             backend: BackendName::default_name(),
             max_rows: 1024,
@@ -135,12 +138,12 @@ pub fn serve<B: Qwen35Ops>(
 ) -> anyhow::Result<()> {
     let (jobs, inbox) = mpsc::channel::<Job>();
     let (loaded_tx, loaded) = mpsc::channel();
-    let model = args.model.clone();
+    let (model, weights) = (args.model.clone(), args.weights.format);
     let device = device.clone();
     // The model thread owns the model: it loads it, then answers jobs until the server
     // drops its sender.
     std::thread::Builder::new().name("model".into()).spawn(move || {
-        let decider = match model.load::<B>(&device) {
+        let decider = match model.load::<B>(weights, &device) {
             Ok(decider) => decider,
             Err(e) => return loaded_tx.send(Err(e)).unwrap_or(()),
         };

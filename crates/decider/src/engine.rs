@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use burn::tensor::{Int, Tensor, TensorData};
-use qwen35::Qwen35Ops;
+use qwen35::{Qwen35Ops, WeightFormat};
 use qwen35::Qwen35Model;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -158,9 +158,15 @@ impl<B: Qwen35Ops> Decider<B> {
     /// Loads a model folder: `config.json`, safetensors weights, `tokenizer.json` and
     /// `decider_config.json`.
     pub fn load(dir: impl AsRef<Path>, device: &B::Device) -> Result<Self, DeciderError> {
+        Self::load_with_weights(dir, WeightFormat::F32, device)
+    }
+
+    /// [`Decider::load`] with the projections and experts held in `weights` (activations, norms,
+    /// the router, the recurrent state and the readout stay f32).
+    pub fn load_with_weights(dir: impl AsRef<Path>, weights: WeightFormat, device: &B::Device) -> Result<Self, DeciderError> {
         let dir = dir.as_ref();
         let prompter = Prompter::from_dir(dir)?;
-        let (_, model) = qwen35::load_model::<B>(dir, device)?;
+        let (_, model) = qwen35::load_model_with_weights::<B>(dir, weights, device)?;
         Self::new(model, prompter, device, dir.display().to_string())
     }
 

@@ -85,3 +85,12 @@ fn diagonal_blocks<B: Backend>(a: Tensor<B, 3>, b: usize) -> Tensor<B, 4> {
         .reshape([batch, count, b, size])
         .slice([0..batch, 0..count, 0..b, 0..b])
 }
+
+/// `x · Wᵀ` with the Q8_0 weight dequantized first (`[out, in / 32, 32]` values times their
+/// block's scale), then one float matmul.
+pub fn q8_matmul<B: Backend>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales: Tensor<B, 2>) -> Tensor<B, 2> {
+    let [out, d_in] = values.dims();
+    let blocks = d_in / crate::Q8_BLOCK;
+    let weight = values.float().reshape([out, blocks, crate::Q8_BLOCK]) * scales.reshape([out, blocks, 1]);
+    x.matmul(weight.reshape([out, d_in]).transpose())
+}

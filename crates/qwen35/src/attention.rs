@@ -3,11 +3,14 @@
 
 use burn::config::Config;
 use burn::module::Module;
-use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation::{sigmoid, softmax};
 use burn::tensor::{Tensor, TensorData, backend::Backend};
 
+use decider_ops::Q8Matmul;
+
 use crate::cache::KvCache;
+use crate::format::WeightFormat;
+use crate::projection::{Projection, ProjectionConfig};
 use crate::norm::{RmsNorm, RmsNormConfig};
 use crate::rope::RotaryEmbedding;
 
@@ -19,6 +22,8 @@ pub struct GatedAttentionConfig {
     pub head_dim: usize,
     #[config(default = 1e-6)]
     pub rms_norm_eps: f64,
+    #[config(default = "WeightFormat::F32")]
+    pub weights: WeightFormat,
 }
 
 /// `self_attn` of the full-attention layers.
@@ -26,10 +31,10 @@ pub struct GatedAttentionConfig {
 pub struct GatedAttention<B: Backend> {
     /// `[hidden, heads * 2 * head_dim]`; per head, `head_dim` query columns then `head_dim` gate
     /// columns (interleaved per head, not all queries then all gates).
-    pub q_proj: Linear<B>,
-    pub k_proj: Linear<B>,
-    pub v_proj: Linear<B>,
-    pub o_proj: Linear<B>,
+    pub q_proj: Projection<B>,
+    pub k_proj: Projection<B>,
+    pub v_proj: Projection<B>,
+    pub o_proj: Projection<B>,
     pub q_norm: RmsNorm<B>,
     pub k_norm: RmsNorm<B>,
     pub num_attention_heads: usize,
@@ -40,7 +45,7 @@ pub struct GatedAttention<B: Backend> {
 impl GatedAttentionConfig {
     pub fn init<B: Backend>(&self, device: &B::Device) -> GatedAttention<B> {
         let (heads, kv_heads, hd) = (self.num_attention_heads, self.num_key_value_heads, self.head_dim);
-        let linear = |i, o| LinearConfig::new(i, o).with_bias(false).init(device);
+        let linear = |i, o| ProjectionConfig::new(i, o).with_weights(self.weights).init(device);
         let norm = RmsNormConfig::new(hd).with_eps(self.rms_norm_eps);
         GatedAttention {
             q_proj: linear(self.hidden_size, heads * 2 * hd),
@@ -56,7 +61,7 @@ impl GatedAttentionConfig {
     }
 }
 
-impl<B: Backend> GatedAttention<B> {
+impl<B: Q8Matmul> GatedAttention<B> {
     /// `x`: `[batch, len, hidden]` at positions `past.len..past.len + len`; `cos`/`sin`: RoPE
     /// tables for those positions. Returns the output and the cache extended by these tokens.
     pub fn forward(

@@ -5,11 +5,13 @@ use burn::module::{Initializer, Module, Param};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation::{sigmoid, silu};
 use burn::tensor::{Tensor, backend::Backend};
-use decider_ops::UnitLowerInverse;
+use decider_ops::{Q8Matmul, UnitLowerInverse};
 
 use crate::cache::DeltaNetState;
 use crate::delta_rule::{chunked_gated_delta_rule, recurrent_gated_delta_rule};
+use crate::format::WeightFormat;
 use crate::norm::{GatedRmsNorm, RmsNormConfig};
+use crate::projection::{Projection, ProjectionConfig};
 
 #[derive(Config, Debug)]
 pub struct GatedDeltaNetConfig {
@@ -26,6 +28,9 @@ pub struct GatedDeltaNetConfig {
     pub conv_kernel_dim: usize,
     #[config(default = 1e-6)]
     pub rms_norm_eps: f64,
+    /// Format of `in_proj_qkv`, `in_proj_z` and `out_proj`; the gates stay f32.
+    #[config(default = "WeightFormat::F32")]
+    pub weights: WeightFormat,
 }
 
 /// `linear_attn`: four input projections, a causal depthwise conv over `[q | k | v]`, the gated
@@ -33,9 +38,9 @@ pub struct GatedDeltaNetConfig {
 #[derive(Module, Debug)]
 pub struct GatedDeltaNet<B: Backend> {
     /// `[hidden, 2 * Hk * Dk + Hv * Dv]`, output `[q | k | v]`, each head-major.
-    pub in_proj_qkv: Linear<B>,
+    pub in_proj_qkv: Projection<B>,
     /// `[hidden, Hv * Dv]`: the output gate of the norm.
-    pub in_proj_z: Linear<B>,
+    pub in_proj_z: Projection<B>,
     /// `[hidden, Hv]`: beta logits.
     pub in_proj_b: Linear<B>,
     /// `[hidden, Hv]`: decay input.
@@ -49,7 +54,7 @@ pub struct GatedDeltaNet<B: Backend> {
     /// Gated RMSNorm over Dv, one weight shared by all heads.
     pub norm: GatedRmsNorm<B>,
     /// `[Hv * Dv, hidden]`.
-    pub out_proj: Linear<B>,
+    pub out_proj: Projection<B>,
     pub num_key_heads: usize,
     pub num_value_heads: usize,
     pub key_head_dim: usize,
@@ -62,10 +67,11 @@ impl GatedDeltaNetConfig {
         let value_dim = self.num_value_heads * self.value_head_dim;
         let conv_dim = 2 * key_dim + value_dim;
         let linear = |i, o| LinearConfig::new(i, o).with_bias(false).init(device);
+        let projection = |i, o| ProjectionConfig::new(i, o).with_weights(self.weights).init(device);
         let k = self.conv_kernel_dim;
         GatedDeltaNet {
-            in_proj_qkv: linear(self.hidden_size, conv_dim),
-            in_proj_z: linear(self.hidden_size, value_dim),
+            in_proj_qkv: projection(self.hidden_size, conv_dim),
+            in_proj_z: projection(self.hidden_size, value_dim),
             in_proj_b: linear(self.hidden_size, self.num_value_heads),
             in_proj_a: linear(self.hidden_size, self.num_value_heads),
             conv1d: Initializer::Uniform { min: -1.0 / (k as f64).sqrt(), max: 1.0 / (k as f64).sqrt() }
@@ -74,7 +80,7 @@ impl GatedDeltaNetConfig {
             a_log: Initializer::Uniform { min: 0.0, max: 16f64.ln() }.init([self.num_value_heads], device),
             dt_bias: Initializer::Ones.init([self.num_value_heads], device),
             norm: RmsNormConfig::new(self.value_head_dim).with_eps(self.rms_norm_eps).init_gated(device),
-            out_proj: linear(value_dim, self.hidden_size),
+            out_proj: projection(value_dim, self.hidden_size),
             num_key_heads: self.num_key_heads,
             num_value_heads: self.num_value_heads,
             key_head_dim: self.key_head_dim,
@@ -83,7 +89,7 @@ impl GatedDeltaNetConfig {
     }
 }
 
-impl<B: UnitLowerInverse> GatedDeltaNet<B> {
+impl<B: UnitLowerInverse + Q8Matmul> GatedDeltaNet<B> {
     /// `x`: `[batch, len, hidden]`, continuing from `past` if given. Returns the output and the
     /// state after these tokens. Like transformers, a single token with a past state takes the
     /// recurrent form and everything else the chunked form.

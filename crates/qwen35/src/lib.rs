@@ -15,22 +15,26 @@ pub mod decoder;
 pub mod delta_net;
 pub mod delta_rule;
 mod error;
+pub mod format;
 pub mod mlp;
 pub mod model;
 pub mod moe;
 pub mod norm;
+pub mod projection;
 pub mod rope;
 pub mod weights;
 
 pub use cache::ModelCache;
 pub use config::{FeedForwardType, LayerType, MoeConfig, Qwen35Config};
 pub use error::{ConfigError, LoadError};
+pub use format::WeightFormat;
 pub use model::{ForwardTrace, LayerTrace, Qwen35Model};
-pub use weights::load_model;
+pub use weights::{load_model, load_model_with_weights};
 
 /// The backend bound of the Qwen3.5 layers: burn's `Backend` plus the special ops of
 /// `decider-ops` that they call (the MoE's tokens-per-expert count, the chunked delta rule's
-/// unit-lower-triangular inverse). Every backend with those extensions has it.
-pub trait Qwen35Ops: decider_ops::ExpertCount + decider_ops::UnitLowerInverse {}
+/// unit-lower-triangular inverse, the matmul with Q8_0 weights). Every backend with those
+/// extensions has it.
+pub trait Qwen35Ops: decider_ops::ExpertCount + decider_ops::UnitLowerInverse + decider_ops::Q8Matmul {}
 
-impl<B: decider_ops::ExpertCount + decider_ops::UnitLowerInverse> Qwen35Ops for B {}
+impl<B: decider_ops::ExpertCount + decider_ops::UnitLowerInverse + decider_ops::Q8Matmul> Qwen35Ops for B {}

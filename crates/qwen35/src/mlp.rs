@@ -2,27 +2,32 @@
 
 use burn::config::Config;
 use burn::module::Module;
-use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation::silu;
 use burn::tensor::{Tensor, backend::Backend};
+use decider_ops::Q8Matmul;
+
+use crate::format::WeightFormat;
+use crate::projection::{Projection, ProjectionConfig};
 
 #[derive(Config, Debug)]
 pub struct MlpConfig {
     pub hidden_size: usize,
     pub intermediate_size: usize,
+    #[config(default = "WeightFormat::F32")]
+    pub weights: WeightFormat,
 }
 
 /// `down_proj(silu(gate_proj(x)) * up_proj(x))`, no biases.
 #[derive(Module, Debug)]
 pub struct Mlp<B: Backend> {
-    pub gate_proj: Linear<B>,
-    pub up_proj: Linear<B>,
-    pub down_proj: Linear<B>,
+    pub gate_proj: Projection<B>,
+    pub up_proj: Projection<B>,
+    pub down_proj: Projection<B>,
 }
 
 impl MlpConfig {
     pub fn init<B: Backend>(&self, device: &B::Device) -> Mlp<B> {
-        let linear = |i, o| LinearConfig::new(i, o).with_bias(false).init(device);
+        let linear = |i, o| ProjectionConfig::new(i, o).with_weights(self.weights).init(device);
         Mlp {
             gate_proj: linear(self.hidden_size, self.intermediate_size),
             up_proj: linear(self.hidden_size, self.intermediate_size),
@@ -31,7 +36,7 @@ impl MlpConfig {
     }
 }
 
-impl<B: Backend> Mlp<B> {
+impl<B: Q8Matmul> Mlp<B> {
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         let gate = silu(self.gate_proj.forward(x.clone()));
         self.down_proj.forward(gate * self.up_proj.forward(x))

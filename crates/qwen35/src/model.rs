@@ -8,6 +8,7 @@ use crate::Qwen35Ops;
 use crate::attention::GatedAttentionConfig;
 use crate::cache::ModelCache;
 use crate::config::{FeedForwardType, LayerType, Qwen35Config};
+use crate::format::WeightFormat;
 use crate::decoder::{DecoderLayer, DecoderLayerConfig, FeedForwardConfig, RopeTables, TokenMixerConfig};
 use crate::delta_net::GatedDeltaNetConfig;
 use crate::mlp::MlpConfig;
@@ -48,8 +49,8 @@ pub struct LayerTrace<B: Backend> {
 }
 
 impl Qwen35Config {
-    /// The configuration of decoder layer `index`.
-    pub fn layer_config(&self, index: usize) -> DecoderLayerConfig {
+    /// The configuration of decoder layer `index`, its projections and experts in `weights`.
+    pub fn layer_config(&self, index: usize, weights: WeightFormat) -> DecoderLayerConfig {
         let h = self.hidden_size;
         let mixer = match self.layer_types[index] {
             LayerType::LinearAttention => TokenMixerConfig::LinearAttn(
@@ -61,11 +62,13 @@ impl Qwen35Config {
                     self.linear_value_head_dim,
                     self.linear_conv_kernel_dim,
                 )
-                .with_rms_norm_eps(self.rms_norm_eps),
+                .with_rms_norm_eps(self.rms_norm_eps)
+                .with_weights(weights),
             ),
             LayerType::FullAttention => TokenMixerConfig::SelfAttn(
                 GatedAttentionConfig::new(h, self.num_attention_heads, self.num_key_value_heads, self.head_dim)
-                    .with_rms_norm_eps(self.rms_norm_eps),
+                    .with_rms_norm_eps(self.rms_norm_eps)
+                    .with_weights(weights),
             ),
         };
         let mlp = match &self.feed_forward {
@@ -75,19 +78,28 @@ impl Qwen35Config {
                 moe.num_experts_per_tok,
                 moe.moe_intermediate_size,
                 moe.shared_expert_intermediate_size,
-            )),
-            FeedForwardType::Dense { intermediate_size } => FeedForwardConfig::Dense(MlpConfig::new(h, *intermediate_size)),
+            )
+            .with_weights(weights)),
+            FeedForwardType::Dense { intermediate_size } => {
+                FeedForwardConfig::Dense(MlpConfig::new(h, *intermediate_size).with_weights(weights))
+            }
         };
         DecoderLayerConfig::new(h, mixer, mlp).with_rms_norm_eps(self.rms_norm_eps)
     }
 
-    /// A model with freshly initialised (random) weights, e.g. for benchmarks and training.
+    /// A model with freshly initialised (random) f32 weights, e.g. for benchmarks and training.
     /// Parameters are initialised lazily: shapes are known at once, memory is taken on first use.
     pub fn init<B: Backend>(&self, device: &B::Device) -> Qwen35Model<B> {
+        self.init_with_weights(WeightFormat::F32, device)
+    }
+
+    /// The model with its projections and experts in `weights`, lazily initialised, to be
+    /// filled from a checkpoint (block formats initialise to zero weights).
+    pub fn init_with_weights<B: Backend>(&self, weights: WeightFormat, device: &B::Device) -> Qwen35Model<B> {
         let h = self.hidden_size;
         Qwen35Model {
             embed_tokens: EmbeddingConfig::new(self.vocab_size, h).init(device),
-            layers: (0..self.num_hidden_layers).map(|i| self.layer_config(i).init(device)).collect(),
+            layers: (0..self.num_hidden_layers).map(|i| self.layer_config(i, weights).init(device)).collect(),
             norm: RmsNormConfig::new(h).with_eps(self.rms_norm_eps).init(device),
             lm_head: (!self.tie_word_embeddings)
                 .then(|| LinearConfig::new(h, self.vocab_size).with_bias(false).init(device)),

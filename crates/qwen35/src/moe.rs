@@ -6,8 +6,9 @@ use burn::module::{Initializer, Module, Param};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation::{sigmoid, silu, softmax};
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, backend::Backend};
-use decider_ops::{ExpertCount, expert_count};
+use decider_ops::{ExpertCount, Q8Matmul, expert_count};
 
+use crate::format::{Q8Weight, WeightFormat};
 use crate::mlp::{Mlp, MlpConfig};
 
 #[derive(Config, Debug)]
@@ -17,11 +18,30 @@ pub struct SparseMoeConfig {
     pub num_experts_per_tok: usize,
     pub moe_intermediate_size: usize,
     pub shared_expert_intermediate_size: usize,
+    /// Format of the routed and shared experts; the router and the shared expert's gate stay f32.
+    #[config(default = "WeightFormat::F32")]
+    pub weights: WeightFormat,
 }
 
 /// The routed experts, stacked: expert `e` is `down(silu(x W_gate) * (x W_up))`.
 #[derive(Module, Debug)]
-pub struct Experts<B: Backend> {
+pub enum Experts<B: Backend> {
+    Float(FloatExperts<B>),
+    Q8(Q8Experts<B>),
+}
+
+/// The experts in Q8_0 blocks, in the checkpoint's orientation.
+#[derive(Module, Debug)]
+pub struct Q8Experts<B: Backend> {
+    /// `[E, 2I, hidden]`: rows `0..I` the gate projection, `I..2I` the up projection.
+    pub gate_up_proj: Q8Weight<B>,
+    /// `[E, hidden, I]`.
+    pub down_proj: Q8Weight<B>,
+}
+
+/// The experts in f32, each weight `[in, out]`.
+#[derive(Module, Debug)]
+pub struct FloatExperts<B: Backend> {
     /// `[E, hidden, 2 * I]`: columns `0..I` are the gate projection, `I..2I` the up projection
     /// (the checkpoint's fused `[E, 2I, hidden]`, transposed per expert).
     pub gate_up_proj: Param<Tensor<B, 3>>,
@@ -48,18 +68,24 @@ impl SparseMoeConfig {
         let normal = |fan_in: usize| Initializer::Normal { mean: 0.0, std: 1.0 / (fan_in as f64).sqrt() };
         SparseMoe {
             gate: linear(h, e),
-            experts: Experts {
-                gate_up_proj: normal(h).init([e, h, 2 * i], device),
-                down_proj: normal(i).init([e, i, h], device),
+            experts: match self.weights.for_input_width(h).for_input_width(i) {
+                WeightFormat::F32 => Experts::Float(FloatExperts {
+                    gate_up_proj: normal(h).init([e, h, 2 * i], device),
+                    down_proj: normal(i).init([e, i, h], device),
+                }),
+                WeightFormat::Q8 => Experts::Q8(Q8Experts {
+                    gate_up_proj: Q8Weight::init(e, 2 * i, h, device),
+                    down_proj: Q8Weight::init(e, h, i, device),
+                }),
             },
-            shared_expert: MlpConfig::new(h, self.shared_expert_intermediate_size).init(device),
+            shared_expert: MlpConfig::new(h, self.shared_expert_intermediate_size).with_weights(self.weights).init(device),
             shared_expert_gate: linear(h, 1),
             num_experts_per_tok: self.num_experts_per_tok,
         }
     }
 }
 
-impl<B: ExpertCount> SparseMoe<B> {
+impl<B: ExpertCount + Q8Matmul> SparseMoe<B> {
     /// `x`: `[batch, len, hidden]`.
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let [batch, len, hidden] = x.dims();
@@ -77,8 +103,7 @@ impl<B: ExpertCount> SparseMoe<B> {
     fn routed(&self, tokens: Tensor<B, 2>) -> Tensor<B, 2> {
         let [n, hidden] = tokens.dims();
         let k = self.num_experts_per_tok;
-        let [num_experts, _, two_i] = self.experts.gate_up_proj.dims();
-        let intermediate = two_i / 2;
+        let (num_experts, intermediate) = self.experts.dims();
         let device = tokens.device();
         if n == 0 {
             return Tensor::zeros([0, hidden], &device);
@@ -97,8 +122,6 @@ impl<B: ExpertCount> SparseMoe<B> {
         let pair_weights = weights.reshape([n * k]).select(0, order).reshape([n * k, 1]);
         let rows = tokens.select(0, token_of_pair.clone());
 
-        let gate_up = self.experts.gate_up_proj.val();
-        let down = self.experts.down_proj.val();
         let mut outputs = Vec::new();
         let mut offset = 0;
         for (expert, &count) in counts.iter().enumerate() {
@@ -107,14 +130,50 @@ impl<B: ExpertCount> SparseMoe<B> {
                 continue;
             }
             let x = rows.clone().narrow(0, offset, count);
-            let w_gate_up = gate_up.clone().narrow(0, expert, 1).reshape([hidden, two_i]);
-            let w_down = down.clone().narrow(0, expert, 1).reshape([intermediate, hidden]);
-            let h = x.matmul(w_gate_up);
+            let h = self.experts.gate_up(x, expert);
             let h = silu(h.clone().narrow(1, 0, intermediate)) * h.narrow(1, intermediate, intermediate);
-            outputs.push(h.matmul(w_down));
+            outputs.push(self.experts.down(h, expert));
             offset += count;
         }
         let expert_out = Tensor::cat(outputs, 0) * pair_weights;
         Tensor::zeros([n, hidden], &device).select_assign(0, token_of_pair, expert_out, IndexingUpdateOp::Add)
+    }
+}
+
+impl<B: Q8Matmul> Experts<B> {
+    /// `(E, I)`: the number of experts and each one's SwiGLU width.
+    pub fn dims(&self) -> (usize, usize) {
+        match self {
+            Experts::Float(experts) => {
+                let [e, i, _] = experts.down_proj.lazy_shape().dims::<3>();
+                (e, i)
+            }
+            Experts::Q8(experts) => {
+                let [e, _, i] = experts.down_proj.values.lazy_shape().dims::<3>();
+                (e, i)
+            }
+        }
+    }
+
+    /// `x [n, hidden] -> [n, 2I]`: expert `e`'s gate and up projections side by side.
+    fn gate_up(&self, x: Tensor<B, 2>, expert: usize) -> Tensor<B, 2> {
+        match self {
+            Experts::Float(experts) => x.matmul(Self::slice(&experts.gate_up_proj, expert)),
+            Experts::Q8(experts) => experts.gate_up_proj.matmul(x, expert),
+        }
+    }
+
+    /// `h [n, I] -> [n, hidden]`: expert `e`'s down projection.
+    fn down(&self, h: Tensor<B, 2>, expert: usize) -> Tensor<B, 2> {
+        match self {
+            Experts::Float(experts) => h.matmul(Self::slice(&experts.down_proj, expert)),
+            Experts::Q8(experts) => experts.down_proj.matmul(h, expert),
+        }
+    }
+
+    /// Weight `[in, out]` of one expert.
+    fn slice(stacked: &Param<Tensor<B, 3>>, expert: usize) -> Tensor<B, 2> {
+        let [_, d_in, d_out] = stacked.lazy_shape().dims::<3>();
+        stacked.val().narrow(0, expert, 1).reshape([d_in, d_out])
     }
 }

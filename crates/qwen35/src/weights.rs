@@ -2,29 +2,32 @@
 //!
 //! The model is built by its own `Config::init` (lazily: shapes only, nothing allocated), and
 //! [`CheckpointFiller`] walks it as a burn [`ModuleMapper`], replacing each parameter by the
-//! checkpoint tensor at the same module path. Shapes come from the modules, never from here;
-//! this file only knows where the checkpoint's names and layouts differ from the module tree,
-//! as the three tables below:
+//! checkpoint tensor at the same module path, converted to the parameter's format. Shapes come
+//! from the modules, never from here; this file only knows where the checkpoint's names and
+//! layouts differ from the module tree, as the tables below:
 //!
 //! - [`PREFIXES`]: released checkpoints nest the text model under `model.language_model.`
 //!   (their `model.visual.*` and `mtp.*` tensors are ignored), transformers' `save_pretrained`
-//!   of the text model under `model.`; `lm_head` is at the root in both.
-//! - [`RENAMES`]: module paths the checkpoint spells differently (enum variants, `A_log`).
-//! - [`STORED`]: parameters stored in another layout: PyTorch's `[out, in]` linear weights
-//!   (burn's `Linear` is `[in, out]`), the conv kernel's singleton channel axis, and the
-//!   routed experts, fused 3-D (released) or one 2-D tensor per expert (`save_pretrained`).
+//!   of the text model under `model.`; [`ROOT_MODULES`] (`lm_head`) are at the root in both.
+//! - [`FORMAT_VARIANTS`] and [`RENAMES`]: module path segments the checkpoint does not have
+//!   (the weight-format variants) or spells differently (`linear_attn`, `A_log`, ...).
+//! - [`STORED`]: how each kind of parameter is held, against the checkpoint's `[out, in]`
+//!   weights; [`EXPERT_PARTS`]: the per-expert tensors of `save_pretrained` output, where
+//!   released checkpoints fuse them into one 3-D tensor.
 //!
 //! A tied output head needs no rule: the config builds no `lm_head` module then.
 
 use std::path::Path;
 
 use burn::module::{Module, ModuleMapper, Param};
-use burn::tensor::{Tensor, TensorData, backend::Backend};
+use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
+use decider_ops::quantize_q8;
 use rayon::prelude::*;
 
 use crate::checkpoint::Checkpoint;
 use crate::config::Qwen35Config;
 use crate::error::LoadError;
+use crate::format::WeightFormat;
 use crate::model::Qwen35Model;
 
 /// Where the text model's tensors start, in the order tried: released checkpoints, then
@@ -33,6 +36,9 @@ pub const PREFIXES: [&str; 2] = ["model.language_model.", "model."];
 
 /// Top-level modules that are stored without the prefix.
 pub const ROOT_MODULES: [&str; 1] = ["lm_head"];
+
+/// Enum variants that choose a weight's format: not part of the checkpoint's names.
+pub const FORMAT_VARIANTS: [&str; 2] = ["Float", "Q8"];
 
 /// `(this crate's module path, the checkpoint's)`, matched on whole dotted segments.
 pub const RENAMES: [(&str, &str); 6] = [
@@ -44,51 +50,73 @@ pub const RENAMES: [(&str, &str); 6] = [
     ("conv1d", "conv1d.weight"),
 ];
 
-/// How a parameter is laid out in the checkpoint, where that differs from the module.
+/// How a parameter is held, where that differs from the checkpoint tensor of its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stored {
-    /// The module's own shape and order.
+    /// The checkpoint's shape and order.
     AsIs,
-    /// A 2-D `[in, out]` weight stored `[out, in]`.
-    Transposed,
-    /// A depthwise conv kernel `[C, K]` stored as PyTorch's `Conv1d` weight `[C, 1, K]`.
+    /// A depthwise conv kernel `[C, K]`, stored as PyTorch's `Conv1d` weight `[C, 1, K]`.
     Conv1dKernel,
-    /// Routed experts `[E, in, out]`: either one fused `[E, out, in]` tensor of the parameter's
-    /// own name, or per expert `e` the tensors `{experts}.{e}.{part}.weight`, each `[out / parts,
-    /// in]`, concatenated along `out` in the order given.
-    Experts { per_expert: &'static [&'static str] },
+    /// The weight of its module (`{module}.weight`, or the experts' tensors), transposed to
+    /// `[in, out]` (burn's `Linear`; stacked experts `[E, in, out]`).
+    Transposed { of_module: bool },
+    /// The values of the weight of its module in Q8_0 blocks, in the checkpoint's orientation.
+    Q8Values,
+    /// The block scales that go with the `Q8Values` read just before.
+    Q8Scales,
 }
 
-/// `(owning module type, field, layout)`; parameters not listed are stored as they are.
-pub const STORED: [(&str, &str, Stored); 4] = [
-    ("Struct:Linear", "weight", Stored::Transposed),
+/// `(owning module type, field, how it is held)`; fields not listed are stored as they are.
+pub const STORED: [(&str, &str, Stored); 6] = [
+    ("Struct:Linear", "weight", Stored::Transposed { of_module: true }),
+    ("Struct:FloatExperts", "gate_up_proj", Stored::Transposed { of_module: false }),
+    ("Struct:FloatExperts", "down_proj", Stored::Transposed { of_module: false }),
+    ("Struct:Q8Weight", "values", Stored::Q8Values),
+    ("Struct:Q8Weight", "scales", Stored::Q8Scales),
     ("Struct:GatedDeltaNet", "conv1d", Stored::Conv1dKernel),
-    ("Struct:Experts", "gate_up_proj", Stored::Experts { per_expert: &["gate_proj", "up_proj"] }),
-    ("Struct:Experts", "down_proj", Stored::Experts { per_expert: &["down_proj"] }),
 ];
 
-/// Loads `config.json` and the safetensors weights of a model folder.
+/// Routed experts: `(weight, the per-expert tensors it fuses, in order along `out`)`.
+/// `{..}.experts.gate_up_proj [E, 2I, H]` is `{..}.experts.{e}.gate_proj.weight [I, H]` then
+/// `{..}.experts.{e}.up_proj.weight [I, H]` for each expert `e`.
+pub const EXPERT_PARTS: [(&str, &[&str]); 2] = [("gate_up_proj", &["gate_proj", "up_proj"]), ("down_proj", &["down_proj"])];
+
+/// Loads `config.json` and the safetensors weights of a model folder, in f32.
 pub fn load_model<B: Backend>(dir: impl AsRef<Path>, device: &B::Device) -> Result<(Qwen35Config, Qwen35Model<B>), LoadError> {
+    load_model_with_weights(dir, WeightFormat::F32, device)
+}
+
+/// Loads a model folder with its projections and experts in `weights`.
+pub fn load_model_with_weights<B: Backend>(
+    dir: impl AsRef<Path>,
+    weights: WeightFormat,
+    device: &B::Device,
+) -> Result<(Qwen35Config, Qwen35Model<B>), LoadError> {
     let dir = dir.as_ref();
     let config = Qwen35Config::from_file(dir.join("config.json"))?;
     let checkpoint = Checkpoint::open_dir(dir)?;
-    let model = load_weights(&config, &checkpoint, device)?;
+    let model = load_weights(&config, &checkpoint, weights, device)?;
     Ok((config, model))
 }
 
-/// Builds the model of `config` and fills every parameter from `checkpoint`.
-pub fn load_weights<B: Backend>(config: &Qwen35Config, checkpoint: &Checkpoint, device: &B::Device) -> Result<Qwen35Model<B>, LoadError> {
+/// Builds the model of `config` in `weights` and fills every parameter from `checkpoint`.
+pub fn load_weights<B: Backend>(
+    config: &Qwen35Config,
+    checkpoint: &Checkpoint,
+    weights: WeightFormat,
+    device: &B::Device,
+) -> Result<Qwen35Model<B>, LoadError> {
     let mut filler = CheckpointFiller::new(checkpoint, device)?;
-    let model = config.init::<B>(device).map(&mut filler);
+    let model = config.init_with_weights::<B>(weights, device).map(&mut filler);
     match filler.error {
         Some(error) => Err(error),
         None => Ok(model),
     }
 }
 
-/// A [`ModuleMapper`] that replaces every float parameter of a freshly initialised (lazy)
-/// module by the checkpoint tensor at its path. Unmapped lazy parameters are never allocated.
-/// The first error stops the loading; it is kept in `error` (a mapper cannot return one).
+/// A [`ModuleMapper`] that replaces every parameter of a freshly initialised (lazy) module by
+/// the checkpoint tensor at its path. Unmapped lazy parameters are never allocated. The first
+/// error stops the loading; it is kept in `error` (a mapper cannot return one).
 pub struct CheckpointFiller<'a, B: Backend> {
     checkpoint: &'a Checkpoint,
     device: &'a B::Device,
@@ -96,6 +124,8 @@ pub struct CheckpointFiller<'a, B: Backend> {
     /// The path being visited: each entered field (or index, or enum variant) with the type of
     /// the module that holds it.
     path: Vec<(String, String)>,
+    /// The scales of the last quantized weight, by its checkpoint name, for its `scales` field.
+    pending_scales: Option<(String, Vec<f32>)>,
     /// The checkpoint tensors read so far, in module order.
     pub tensors_read: Vec<String>,
     pub error: Option<LoadError>,
@@ -110,12 +140,15 @@ impl<'a, B: Backend> CheckpointFiller<'a, B> {
             .ok_or_else(|| LoadError::MissingTensor {
                 name: PREFIXES.map(|prefix| format!("{prefix}embed_tokens.weight")).join(" or "),
             })?;
-        Ok(Self { checkpoint, device, prefix, path: Vec::new(), tensors_read: Vec::new(), error: None })
+        Ok(Self { checkpoint, device, prefix, path: Vec::new(), pending_scales: None, tensors_read: Vec::new(), error: None })
     }
 
-    /// The checkpoint name of the parameter at the current path.
-    fn checkpoint_name(&self) -> String {
-        let path: Vec<&str> = self.path.iter().map(|(name, _)| name.as_str()).collect();
+    /// The checkpoint name of the current path, or of its module (`of_module`: without the
+    /// last field).
+    fn checkpoint_name(&self, of_module: bool) -> String {
+        let end = self.path.len() - usize::from(of_module);
+        let path: Vec<&str> =
+            self.path[..end].iter().map(|(name, _)| name.as_str()).filter(|name| !FORMAT_VARIANTS.contains(name)).collect();
         let mut name = format!(".{}.", path.join("."));
         for (ours, theirs) in RENAMES {
             name = name.replace(&format!(".{ours}."), &format!(".{theirs}."));
@@ -127,7 +160,7 @@ impl<'a, B: Backend> CheckpointFiller<'a, B> {
         }
     }
 
-    /// The layout rule of the parameter at the current path.
+    /// How the parameter at the current path is held.
     fn stored(&self) -> Stored {
         let Some((field, owner)) = self.path.last() else { return Stored::AsIs };
         STORED
@@ -136,43 +169,70 @@ impl<'a, B: Backend> CheckpointFiller<'a, B> {
             .map_or(Stored::AsIs, |(_, _, stored)| *stored)
     }
 
-    /// The values of the parameter at the current path, in the module's layout `shape`.
-    fn read(&mut self, shape: &[usize]) -> Result<Vec<f32>, LoadError> {
-        let (name, stored, checkpoint) = (self.checkpoint_name(), self.stored(), self.checkpoint);
-        let mut read = |name: &str, shape: &[usize]| {
-            self.tensors_read.push(name.to_owned());
-            checkpoint.read_f32(name, shape)
-        };
-        match stored {
-            Stored::AsIs => read(&name, shape),
-            Stored::Transposed => {
-                let &[d_in, d_out] = shape else { unreachable!("Linear weights are 2-D") };
-                Ok(transpose_last2(&read(&name, &[d_out, d_in])?, 1, d_out, d_in))
+    fn read(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, LoadError> {
+        self.tensors_read.push(name.to_owned());
+        self.checkpoint.read_f32(name, shape)
+    }
+
+    /// The weight `name` as `[batch, out, in]` values: `{name}.weight` (batch 1), or routed
+    /// experts, fused or per expert.
+    fn read_weight(&mut self, name: &str, [batch, d_out, d_in]: [usize; 3]) -> Result<Vec<f32>, LoadError> {
+        let (module, field) = name.rsplit_once('.').unwrap_or(("", name));
+        let expert_parts = EXPERT_PARTS.iter().find(|(weight, _)| *weight == field).map(|(_, parts)| *parts);
+        match expert_parts {
+            Some(parts) if module.ends_with("experts") => {
+                if self.checkpoint.contains(name) {
+                    return self.read(name, &[batch, d_out, d_in]);
+                }
+                let part_out = d_out / parts.len();
+                let mut stacked = Vec::with_capacity(batch * d_out * d_in);
+                for expert in 0..batch {
+                    for part in parts {
+                        stacked.extend(self.read(&format!("{module}.{expert}.{part}.weight"), &[part_out, d_in])?);
+                    }
+                }
+                Ok(stacked)
             }
+            _ => self.read(&format!("{name}.weight"), &[d_out, d_in]),
+        }
+    }
+
+    /// The float values of the parameter at the current path, in the module's `shape`.
+    fn float_values(&mut self, shape: &[usize]) -> Result<Vec<f32>, LoadError> {
+        match self.stored() {
+            Stored::AsIs => self.read(&self.checkpoint_name(false), shape),
             Stored::Conv1dKernel => {
                 let &[channels, kernel] = shape else { unreachable!("the conv kernel is 2-D") };
-                read(&name, &[channels, 1, kernel])
+                self.read(&self.checkpoint_name(false), &[channels, 1, kernel])
             }
-            Stored::Experts { per_expert } => {
-                let &[experts, d_in, d_out] = shape else { unreachable!("stacked experts are 3-D") };
-                let stacked = if checkpoint.contains(&name) {
-                    read(&name, &[experts, d_out, d_in])?
-                } else {
-                    // `{..}.experts.gate_up_proj` -> `{..}.experts.{e}.gate_proj.weight`, ...
-                    let experts_path = name.rsplit_once('.').map_or(name.as_str(), |(module, _)| module);
-                    let part_out = d_out / per_expert.len();
-                    let mut stacked = Vec::with_capacity(experts * d_out * d_in);
-                    for expert in 0..experts {
-                        for part in per_expert {
-                            let part_name = format!("{experts_path}.{expert}.{part}.weight");
-                            stacked.extend(read(&part_name, &[part_out, d_in])?);
-                        }
-                    }
-                    stacked
+            Stored::Transposed { of_module } => {
+                let (batch, d_in, d_out) = match *shape {
+                    [d_in, d_out] => (1, d_in, d_out),
+                    [batch, d_in, d_out] => (batch, d_in, d_out),
+                    _ => unreachable!("weights are 2-D or stacked 3-D"),
                 };
-                Ok(transpose_last2(&stacked, experts, d_out, d_in))
+                let weight = self.read_weight(&self.checkpoint_name(of_module), [batch, d_out, d_in])?;
+                Ok(transpose_last2(&weight, batch, d_out, d_in))
             }
+            Stored::Q8Scales => {
+                let name = self.checkpoint_name(true);
+                match self.pending_scales.take() {
+                    Some((values_of, scales)) if values_of == name => Ok(scales),
+                    _ => unreachable!("Q8Weight holds its values before its scales"),
+                }
+            }
+            Stored::Q8Values => unreachable!("Q8 values are ints"),
         }
+    }
+
+    /// The Q8_0 values of the weight at the current path (`[batch, out, in]`); its scales wait
+    /// for the next parameter.
+    fn q8_values(&mut self, shape: [usize; 3]) -> Result<Vec<i8>, LoadError> {
+        let name = self.checkpoint_name(true);
+        let weight = self.read_weight(&name, shape)?;
+        let (values, scales) = quantize_q8(&weight, shape[2]);
+        self.pending_scales = Some((name, scales));
+        Ok(values)
     }
 }
 
@@ -190,10 +250,29 @@ impl<B: Backend> ModuleMapper<B> for CheckpointFiller<'_, B> {
             return param;
         }
         let shape = param.lazy_shape().dims::<D>();
-        match self.read(&shape) {
+        match self.float_values(&shape) {
             Ok(values) => {
                 let id = param.id;
                 // Keeps the parameter's device and autodiff setting.
+                param.transform_for_load(Tensor::from_data(TensorData::new(values, shape), self.device), id)
+            }
+            Err(error) => {
+                self.error = Some(error);
+                param
+            }
+        }
+    }
+
+    fn map_int<const D: usize>(&mut self, param: Param<Tensor<B, D, Int>>) -> Param<Tensor<B, D, Int>> {
+        if self.error.is_some() {
+            return param;
+        }
+        assert_eq!(self.stored(), Stored::Q8Values, "the only int parameters are Q8 values");
+        let shape = param.lazy_shape().dims::<D>();
+        let &[batch, d_out, d_in] = shape.as_slice() else { unreachable!("Q8 values are [batch, out, in]") };
+        match self.q8_values([batch, d_out, d_in]) {
+            Ok(values) => {
+                let id = param.id;
                 param.transform_for_load(Tensor::from_data(TensorData::new(values, shape), self.device), id)
             }
             Err(error) => {

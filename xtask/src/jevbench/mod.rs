@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use decider_cli::backend::{BackendName, GenericTask};
-use decider_cli::model_source::ModelSource;
+use decider_cli::model_source::{ModelSource, WeightsArg};
 use decider::Qwen35Ops;
 use serde_json::{Value, json};
 
@@ -27,6 +27,8 @@ pub struct JevbenchArgs {
     /// Model folder, or `demo` (random weights). Ignored with --endpoint.
     #[arg(long, default_value = "demo")]
     pub model: ModelSource,
+    #[command(flatten)]
+    pub weights: WeightsArg,
     #[arg(long, value_enum, default_value_t = BackendName::default_name())]
     pub backend: BackendName,
     /// Tiers to run, comma-separated.
@@ -113,7 +115,7 @@ impl GenericTask for &JevbenchArgs {
                 run_and_report(self, &mut Http::new(url), meta)?
             }
             None => {
-                let decider = self.model.load::<B>(device)?;
+                let decider = self.model.load::<B>(self.weights.format, device)?;
                 let meta = meta(self, decider.name(), decider.source(), self.model.is_demo());
                 run_and_report(self, &mut InProcess(&decider), meta)?
             }

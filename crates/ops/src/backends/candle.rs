@@ -46,3 +46,6 @@ impl<F: FloatCandleElement, I: IntCandleElement> UnitLowerInverse for Candle<F, 
         Tensor::<Self, 3>::from_data(inverse, &device).into_primitive().tensor()
     }
 }
+
+/// The generic form (dequantize, then candle's matmul).
+impl<F: FloatCandleElement, I: IntCandleElement> crate::Q8Matmul for Candle<F, I> {}

@@ -64,3 +64,6 @@ impl<B: FusionBackend + UnitLowerInverse> UnitLowerInverse for Fusion<B> {
         client.register(streams, OperationIr::Custom(desc), op).output()
     }
 }
+
+/// The generic form, whose tensor ops fuse like any others.
+impl<B: FusionBackend> crate::Q8Matmul for Fusion<B> {}

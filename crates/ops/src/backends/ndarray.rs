@@ -52,3 +52,9 @@ where
         Tensor::<Self, 3>::from_data(inverse, &Default::default()).into_primitive().tensor()
     }
 }
+
+/// The generic form for now (a dequantize-then-sgemm kernel on the i8 storage is the next step).
+impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> crate::Q8Matmul for NdArray<E, I, Q> where
+    NdArrayTensor: From<SharedArray<E>> + From<SharedArray<I>>
+{
+}

@@ -92,3 +92,6 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> UnitLowerI
         out
     }
 }
+
+/// The generic form (dequantize, then burn's matmul kernels).
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::Q8Matmul for CubeBackend<R, F, I, BT> {}

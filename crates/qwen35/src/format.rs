@@ -1,0 +1,105 @@
+//! Weight formats chosen at load, and the module that holds weights in 8-bit blocks.
+//!
+//! Which parameters a format applies to: the large projections (DeltaNet `in_proj_qkv`,
+//! `in_proj_z`, `out_proj`; attention `q/k/v/o_proj`; the MLP and shared expert; the routed
+//! experts), over 95 % of the weights. Everything else stays f32 whatever the format: the
+//! embeddings and the output head (the decision readout reads a few rows of them), the norms,
+//! the router and shared-expert gates, the DeltaNet gates `in_proj_a`/`in_proj_b` (their
+//! outputs set the decay and the write strength of the recurrent state), `A_log`, `dt_bias` and
+//! the conv kernel. A projection whose input width is not a whole number of blocks stays f32.
+
+use std::fmt;
+use std::str::FromStr;
+
+use burn::module::{Module, Param, ParamId};
+use burn::tensor::{Int, Tensor, backend::Backend};
+use decider_ops::{Q8_BLOCK, Q8Matmul, q8_matmul};
+use serde::{Deserialize, Serialize};
+
+/// How the projection and expert weights are held in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WeightFormat {
+    /// 32-bit floats: exact, 4 bytes a weight.
+    #[default]
+    F32,
+    /// llama.cpp's Q8_0: 8-bit values in blocks of 32 input values with one scale each,
+    /// 1.125 bytes a weight (see [`decider_ops::quantize_q8`]).
+    Q8,
+}
+
+impl WeightFormat {
+    /// Every format, by its command-line name.
+    pub const ALL: [(&'static str, WeightFormat); 2] = [("f32", WeightFormat::F32), ("q8", WeightFormat::Q8)];
+
+    /// The format a weight with `d_input` input values gets: block formats need whole blocks.
+    pub fn for_input_width(self, d_input: usize) -> WeightFormat {
+        match self {
+            WeightFormat::Q8 if d_input % Q8_BLOCK != 0 => WeightFormat::F32,
+            format => format,
+        }
+    }
+}
+
+impl fmt::Display for WeightFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (name, _) = Self::ALL.iter().find(|(_, format)| format == self).expect("every format is in ALL");
+        f.write_str(name)
+    }
+}
+
+impl FromStr for WeightFormat {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, String> {
+        Self::ALL.iter().find(|(known, _)| *known == name).map(|(_, format)| *format).ok_or_else(|| {
+            let names: Vec<&str> = Self::ALL.iter().map(|(name, _)| *name).collect();
+            format!("unknown weight format `{name}` (expected one of: {})", names.join(", "))
+        })
+    }
+}
+
+/// A stack of `batch` weights `[out, in]` in Q8_0 blocks (one for a projection, one per
+/// expert), in PyTorch's orientation: a row per output, blocks along the input.
+#[derive(Module, Debug)]
+pub struct Q8Weight<B: Backend> {
+    /// `[batch, out, in]` values in `-127..=127`.
+    pub values: Param<Tensor<B, 3, Int>>,
+    /// `[batch, out, in / 32]`: each block's scale.
+    pub scales: Param<Tensor<B, 3>>,
+}
+
+impl<B: Backend> Q8Weight<B> {
+    /// Lazy zero weights of this shape, to be filled from a checkpoint (nothing is allocated
+    /// until a parameter is read).
+    pub fn init(batch: usize, d_output: usize, d_input: usize, device: &B::Device) -> Self {
+        let values_shape = [batch, d_output, d_input];
+        let scales_shape = [batch, d_output, d_input / Q8_BLOCK];
+        Q8Weight {
+            values: Param::uninitialized(
+                ParamId::new(),
+                move |device, _| Tensor::zeros(values_shape, device),
+                device.clone(),
+                false,
+                values_shape.into(),
+            ),
+            scales: Param::uninitialized(
+                ParamId::new(),
+                move |device, _| Tensor::zeros(scales_shape, device),
+                device.clone(),
+                false,
+                scales_shape.into(),
+            ),
+        }
+    }
+}
+
+impl<B: Q8Matmul> Q8Weight<B> {
+    /// `x [n, in] · W[index]ᵀ -> [n, out]`.
+    pub fn matmul(&self, x: Tensor<B, 2>, index: usize) -> Tensor<B, 2> {
+        let [_, out, d_in] = self.values.lazy_shape().dims::<3>();
+        let values = self.values.val().narrow(0, index, 1).reshape([out, d_in]);
+        let scales = self.scales.val().narrow(0, index, 1).reshape([out, d_in / Q8_BLOCK]);
+        q8_matmul(x, values, scales)
+    }
+}

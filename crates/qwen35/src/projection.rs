@@ -1,0 +1,63 @@
+//! A bias-free linear projection whose weight is held in the format chosen at load.
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::nn::{Linear, LinearConfig};
+use burn::tensor::{Tensor, backend::Backend};
+use decider_ops::Q8Matmul;
+
+use crate::format::{Q8Weight, WeightFormat};
+
+#[derive(Config, Debug)]
+pub struct ProjectionConfig {
+    pub d_input: usize,
+    pub d_output: usize,
+    #[config(default = "WeightFormat::F32")]
+    pub weights: WeightFormat,
+}
+
+/// `x W` without bias: burn's `Linear` (`[in, out]`) in f32, or Q8_0 blocks.
+#[derive(Module, Debug)]
+pub enum Projection<B: Backend> {
+    Float(Linear<B>),
+    Q8(Q8Weight<B>),
+}
+
+impl ProjectionConfig {
+    pub fn init<B: Backend>(&self, device: &B::Device) -> Projection<B> {
+        match self.weights.for_input_width(self.d_input) {
+            WeightFormat::F32 => Projection::Float(LinearConfig::new(self.d_input, self.d_output).with_bias(false).init(device)),
+            WeightFormat::Q8 => Projection::Q8(Q8Weight::init(1, self.d_output, self.d_input, device)),
+        }
+    }
+}
+
+impl<B: Q8Matmul> Projection<B> {
+    /// Projects the last dimension of `x`.
+    pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+        match self {
+            Projection::Float(linear) => linear.forward(x),
+            Projection::Q8(weight) => {
+                let mut dims = x.dims();
+                let d_input = dims[D - 1];
+                let rows = dims[..D - 1].iter().product();
+                let out = weight.matmul(x.reshape([rows, d_input]), 0);
+                dims[D - 1] = out.dims()[1];
+                out.reshape(dims)
+            }
+        }
+    }
+}
+
+impl<B: Backend> Projection<B> {
+    /// The weight's shape `[in, out]`, whatever its format.
+    pub fn dims(&self) -> [usize; 2] {
+        match self {
+            Projection::Float(linear) => linear.weight.lazy_shape().dims::<2>(),
+            Projection::Q8(weight) => {
+                let [_, out, d_in] = weight.values.lazy_shape().dims::<3>();
+                [d_in, out]
+            }
+        }
+    }
+}
