@@ -85,7 +85,9 @@ fn check_model<B: Qwen35Ops>(backend: &str, model_name: &str, layout: &str) {
     assert!(matches!(delta.in_proj_qkv, Projection::Q8(_)), "{model_name}: q8 load kept f32 projections");
 
     let reference = Reference::open(model_name);
-    for run in RUNS {
+    // The runs that cross chunk boundaries and batch rows (the others add time, not cases: the
+    // format changes only the projections, which see every run's rows alike).
+    for run in RUNS.into_iter().filter(|run| ["len7", "len130", "batch2"].contains(run)) {
         let ids = reference.input_ids::<B>(run, &device);
         let (expected, actual) = (float.trace(ids.clone()), q8.trace(ids));
         let mut worst = 0.0f32;

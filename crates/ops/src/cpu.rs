@@ -42,3 +42,58 @@ pub fn unit_lower_inverse<T: Float + Send + Sync>(a: &[T], n: usize) -> Vec<T> {
     });
     x
 }
+
+/// `x [n, d_in] · Wᵀ -> [n, d_out]` for `W [d_out, d_in]` in Q8_0 blocks (`values`, `scales
+/// [d_out, d_in / 32]`).
+///
+/// The output is computed transposed, `W · xᵀ`, a panel of weight rows per task: each task
+/// dequantizes its rows into an f32 buffer (a panel, not the whole weight, is ever f32) and
+/// multiplies it with `matrixmultiply`'s sgemm into its contiguous rows of `outᵀ`; `outᵀ` is
+/// transposed at the end. The weight is read once, at a byte a value.
+pub fn q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f32], d_out: usize, d_in: usize) -> Vec<f32> {
+    const PANEL: usize = 64;
+    const BLOCK: usize = crate::Q8_BLOCK;
+    let mut transposed = vec![0f32; d_out * n];
+    if n == 0 || d_out == 0 || d_in == 0 {
+        return transposed;
+    }
+    transposed.par_chunks_mut(PANEL * n).enumerate().for_each(|(panel, out)| {
+        let rows = out.len() / n;
+        let first = panel * PANEL;
+        let mut weights = vec![0f32; rows * d_in];
+        let blocks = values[first * d_in..(first + rows) * d_in].chunks_exact(BLOCK);
+        let block_scales = &scales[first * d_in / BLOCK..(first + rows) * d_in / BLOCK];
+        for ((dst, block), &d) in weights.chunks_exact_mut(BLOCK).zip(blocks).zip(block_scales) {
+            for (w, &v) in dst.iter_mut().zip(block) {
+                *w = v as f32 * d;
+            }
+        }
+        // SAFETY: the pointers cover `weights [rows, d_in]`, `x [n, d_in]` read as `xᵀ [d_in, n]`
+        // through its strides, and `out [rows, n]`, all in bounds and not aliased.
+        unsafe {
+            matrixmultiply::sgemm(
+                rows,
+                d_in,
+                n,
+                1.0,
+                weights.as_ptr(),
+                d_in as isize,
+                1,
+                x.as_ptr(),
+                1,
+                d_in as isize,
+                0.0,
+                out.as_mut_ptr(),
+                n as isize,
+                1,
+            );
+        }
+    });
+    let mut out = vec![0f32; n * d_out];
+    out.par_chunks_mut(d_out).enumerate().for_each(|(token, row)| {
+        for (o, value) in row.iter_mut().enumerate() {
+            *value = transposed[o * n + token];
+        }
+    });
+    out
+}

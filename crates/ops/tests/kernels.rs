@@ -4,7 +4,14 @@
 //! edge cases. Each backend compiled in gets the same suite.
 
 use burn::tensor::{Int, Tensor, TensorData};
-use decider_ops::{ExpertCount, UnitLowerInverse, expert_count, generic, reference, unit_lower_inverse};
+use decider_ops::{
+    ExpertCount, Q8_BLOCK, Q8Matmul, UnitLowerInverse, dequantize_q8, expert_count, generic, q8_matmul, quantize_q8, reference,
+    unit_lower_inverse,
+};
+
+/// Every extension of this crate.
+trait Ops: ExpertCount + UnitLowerInverse + Q8Matmul {}
+impl<B: ExpertCount + UnitLowerInverse + Q8Matmul> Ops for B {}
 
 /// A tiny deterministic generator (xorshift), so the tests need no RNG crate.
 struct Rng(u64);
@@ -78,7 +85,7 @@ fn count_cases() -> Vec<(&'static str, Vec<i64>, usize)> {
     ]
 }
 
-fn check_counts<B: ExpertCount + UnitLowerInverse>(device: &B::Device) {
+fn check_counts<B: Ops>(device: &B::Device) {
     for (case, ids, experts) in count_cases() {
         let tensor = Tensor::<B, 1, Int>::from_data(TensorData::new(ids.clone(), [ids.len()]), device);
         let expected = naive_count(&ids, experts);
@@ -104,7 +111,7 @@ fn inverse_cases() -> Vec<(&'static str, usize, Vec<Vec<f32>>, f64)> {
 /// `with_by_rows`: also hold the naive per-row tensor-op baseline to the loops. It is off on
 /// wgpu, where burn-wgpu 0.21 computes that chain of small ops wrongly from row 32 on (an
 /// upstream bug this suite found; the kernel and the generic implementation are right there).
-fn check_inverses<B: ExpertCount + UnitLowerInverse>(device: &B::Device, with_by_rows: bool) {
+fn check_inverses<B: Ops>(device: &B::Device, with_by_rows: bool) {
     for (case, n, matrices, tolerance) in inverse_cases() {
         let flat: Vec<f32> = matrices.iter().flatten().copied().collect();
         let a = Tensor::<B, 3>::from_data(TensorData::new(flat, [matrices.len(), n, n]), device);
@@ -127,7 +134,7 @@ fn check_inverses<B: ExpertCount + UnitLowerInverse>(device: &B::Device, with_by
     }
 }
 
-fn check_inverse_reads_only_the_strictly_lower_part<B: ExpertCount + UnitLowerInverse>(device: &B::Device) {
+fn check_inverse_reads_only_the_strictly_lower_part<B: Ops>(device: &B::Device) {
     let lower = [0.0, 0.0, 0.0, 0.5, 0.0, 0.0, -1.0, 2.0, 0.0];
     let noisy = [9.0, 7.0, -3.0, 0.5, 4.0, 6.0, -1.0, 2.0, 8.0];
     let inverse = |m: [f32; 9]| -> Vec<f32> {
@@ -143,9 +150,82 @@ fn check_inverse_reads_only_the_strictly_lower_part<B: ExpertCount + UnitLowerIn
     assert_eq!(inverse(noisy), expected);
 }
 
-fn check_empty_batch<B: ExpertCount + UnitLowerInverse>(device: &B::Device) {
+fn check_empty_batch<B: Ops>(device: &B::Device) {
     let a = Tensor::<B, 4>::zeros([0, 3, 4, 4], device);
     assert_eq!(unit_lower_inverse(a).dims(), [0, 3, 4, 4]);
+}
+
+/// `x · Wᵀ` by plain loops in f64, `W` dequantized from the blocks; with each output's
+/// `sum |x w|`, the scale of its rounding error.
+fn naive_q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f32], d_out: usize, d_in: usize) -> (Vec<f64>, Vec<f64>) {
+    let (mut out, mut magnitude) = (vec![0.0; n * d_out], vec![0.0; n * d_out]);
+    for t in 0..n {
+        for o in 0..d_out {
+            for i in 0..d_in {
+                let w = values[o * d_in + i] as f64 * scales[(o * d_in + i) / Q8_BLOCK] as f64;
+                out[t * d_out + o] += x[t * d_in + i] as f64 * w;
+                magnitude[t * d_out + o] += (x[t * d_in + i] as f64 * w).abs();
+            }
+        }
+    }
+    (out, magnitude)
+}
+
+/// `(n, d_out, d_in)`: one block, no tokens, one output, odd panel counts (65, 129 rows), a
+/// 2B-model width, one long row.
+const Q8_SHAPES: [(usize, usize, usize); 7] = [(1, 1, 32), (0, 5, 64), (3, 1, 32), (7, 65, 96), (2, 129, 256), (130, 64, 2048), (1, 3, 4096)];
+
+fn check_q8_matmul<B: Ops>(device: &B::Device) {
+    let mut rng = Rng(13);
+    for (n, d_out, d_in) in Q8_SHAPES {
+        let mut weights: Vec<f32> = (0..d_out * d_in).map(|_| rng.next_f32() - 0.5).collect();
+        weights[..Q8_BLOCK].fill(0.0); // a zero block: scale 0
+        if weights.len() > 2 * Q8_BLOCK {
+            weights[Q8_BLOCK + 3] = 40.0; // an outlier that sets its block's scale
+        }
+        let x: Vec<f32> = (0..n * d_in).map(|_| 2.0 * rng.next_f32() - 1.0).collect();
+        let (values, scales) = quantize_q8(&weights, d_in);
+        let (expected, magnitude) = naive_q8_matmul(&x, n, &values, &scales, d_out, d_in);
+        let x_t = Tensor::<B, 2>::from_data(TensorData::new(x, [n, d_in]), device);
+        let values_t = Tensor::<B, 2, Int>::from_data(TensorData::new(values, [d_out, d_in]), device);
+        let scales_t = Tensor::<B, 2>::from_data(TensorData::new(scales, [d_out, d_in / Q8_BLOCK]), device);
+        for (name, out) in [
+            ("kernel", q8_matmul(x_t.clone(), values_t.clone(), scales_t.clone())),
+            ("generic", generic::q8_matmul(x_t.clone(), values_t.clone(), scales_t.clone())),
+        ] {
+            assert_eq!(out.dims(), [n, d_out], "{name}, {n}x{d_out}x{d_in}");
+            let out: Vec<f32> = out.into_data().convert::<f32>().to_vec().unwrap();
+            for (k, ((got, e), m)) in out.iter().zip(&expected).zip(&magnitude).enumerate() {
+                let got = *got as f64;
+                assert!((got - e).abs() <= 1e-5 * m + 1e-6, "{name}, {n}x{d_out}x{d_in}, entry {k}: {got} vs {e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn q8_blocks_round_as_llama_cpp_q8_0() {
+    // One block: the largest magnitude maps to ±127, the scale is max|w| / 127 rounded to f16.
+    let mut block = vec![0.0f32; Q8_BLOCK];
+    block[..4].copy_from_slice(&[1.27, -0.5, 0.3, -0.004]);
+    let (values, scales) = quantize_q8(&block, Q8_BLOCK);
+    assert_eq!(&values[..4], &[127, -50, 30, 0]);
+    assert!(values[4..].iter().all(|&v| v == 0));
+    assert_eq!(scales, vec![half::f16::from_f32(0.01).to_f32()]);
+    // A zero block has scale 0 and values 0.
+    let (values, scales) = quantize_q8(&[0.0; Q8_BLOCK], Q8_BLOCK);
+    assert_eq!((values, scales), (vec![0; Q8_BLOCK], vec![0.0]));
+    // Random rows: every value within half a step of its weight (plus the f16 scale's rounding).
+    let mut rng = Rng(5);
+    let weights: Vec<f32> = (0..8 * 96).map(|_| 3.0 * (rng.next_f32() - 0.5)).collect();
+    let (values, scales) = quantize_q8(&weights, 96);
+    let rounded = dequantize_q8(&values, &scales);
+    for (k, (w, r)) in weights.iter().zip(&rounded).enumerate() {
+        let block = &weights[k / Q8_BLOCK * Q8_BLOCK..][..Q8_BLOCK];
+        let d = block.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+        let bound = d / 2.0 + 127.0 * (d - scales[k / Q8_BLOCK]).abs() + 1e-6;
+        assert!((w - r).abs() <= bound, "weight {k}: {w} rounds to {r}, more than {bound} away");
+    }
 }
 
 macro_rules! backend_suite {
@@ -172,6 +252,11 @@ macro_rules! backend_suite {
             #[test]
             fn inverse_of_an_empty_batch_is_empty() {
                 check_empty_batch::<B>(&Default::default());
+            }
+
+            #[test]
+            fn q8_matmul_matches_plain_loops() {
+                check_q8_matmul::<B>(&Default::default());
             }
         }
     };

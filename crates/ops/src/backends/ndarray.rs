@@ -53,8 +53,27 @@ where
     }
 }
 
-/// The generic form for now (a dequantize-then-sgemm kernel on the i8 storage is the next step).
-impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> crate::Q8Matmul for NdArray<E, I, Q> where
-    NdArrayTensor: From<SharedArray<E>> + From<SharedArray<I>>
+/// The kernel of [`cpu::q8_matmul`] on f32 activations and i8 values; other dtypes take the
+/// generic form.
+impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> crate::Q8Matmul for NdArray<E, I, Q>
+where
+    NdArrayTensor: From<SharedArray<E>> + From<SharedArray<I>>,
 {
+    fn q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: FloatTensor<Self>) -> FloatTensor<Self> {
+        let ([n, d_in], [d_out, _]) = (x.shape().dims::<2>(), values.shape().dims::<2>());
+        let out = match (&x, &values, &scales) {
+            (NdArrayTensor::F32(x), NdArrayTensor::I8(values), NdArrayTensor::F32(scales)) => {
+                with_slice!(x, |x| with_slice!(values, |values| with_slice!(scales, |scales| {
+                    cpu::q8_matmul(x, n, values, scales, d_out, d_in)
+                })))
+            }
+            _ => {
+                let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
+                let values = Tensor::<Self, 2, Int>::from_primitive(values);
+                let scales = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(scales));
+                return generic::q8_matmul(x, values, scales).into_primitive().tensor();
+            }
+        };
+        Tensor::<Self, 2>::from_data(TensorData::new(out, [n, d_out]), &Default::default()).into_primitive().tensor()
+    }
 }
