@@ -11,8 +11,8 @@
 use std::path::Path;
 
 use burn::module::{Module, Param, ParamId};
-use burn::tensor::{Distribution, Int, Tensor, TensorData};
-use decider_ops::{Q8_BLOCK, dequantize_q8, quantize_q8};
+use burn::tensor::{Distribution, Tensor, TensorData};
+use decider_ops::{Q8_BLOCK, dequantize_q8, q8_values, quantize_q8};
 use integration_tests::{LAYOUTS, MODELS, RUNS, Reference, fixture_path, relative_check};
 use qwen35::decoder::{FeedForward, TokenMixer};
 use qwen35::format::Q8Weight;
@@ -82,7 +82,9 @@ fn check_model<B: Qwen35Ops>(backend: &str, model_name: &str, layout: &str) {
     let (_, q8) = qwen35::load_model_with_weights::<B>(dir.path(), WeightFormat::Q8, &device).unwrap();
     // The format was applied: the first DeltaNet's input projection holds Q8_0 blocks.
     let TokenMixer::LinearAttn(delta) = &q8.layers[0].mixer else { panic!("layer 0 is DeltaNet") };
-    assert!(matches!(delta.in_proj_qkv, Projection::Q8(_)), "{model_name}: q8 load kept f32 projections");
+    let Projection::Q8(weight) = &delta.in_proj_qkv else { panic!("{model_name}: q8 load kept f32 projections") };
+    // In the int dtype the backend's kernel reads (i8 on ndarray).
+    assert_eq!(weight.values.val().dtype(), B::q8_values_dtype(), "{model_name}");
 
     let reference = Reference::open(model_name);
     // The runs that cross chunk boundaries and batch rows (the others add time, not cases: the
@@ -116,7 +118,7 @@ fn check_experts<B: Qwen35Ops>() {
         let (q, scales) = quantize_q8(&rows, d_in);
         let rounded = Tensor::<B, 3>::from_data(TensorData::new(dequantize_q8(&q, &scales), [batch, d_out, d_in]), &device);
         let q8 = Q8Weight {
-            values: Param::initialized(ParamId::new(), Tensor::<B, 3, Int>::from_data(TensorData::new(q, [batch, d_out, d_in]), &device)),
+            values: Param::initialized(ParamId::new(), q8_values(q, [batch, d_out, d_in], &device)),
             scales: Param::from_tensor(Tensor::from_data(TensorData::new(scales, [batch, d_out, d_in / Q8_BLOCK]), &device)),
         };
         (rounded.swap_dims(1, 2), q8)

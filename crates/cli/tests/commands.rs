@@ -44,6 +44,8 @@ fn bad_arguments_say_what_is_wrong() {
     assert!(!ok && stderr.contains("--question q1: not valid JSON"), "{stderr}");
     let (ok, _, stderr) = decider(&["decide", "--model", "demo", "--state", "s", "--question", r#"{"type": "choice", "instructions": "x", "criteria": ["a"]}"#]);
     assert!(!ok && stderr.contains("choice criteria: a map of 2..255 options"), "{stderr}");
+    let (ok, _, stderr) = decider(&["info", "--model", "demo", "--weights", "q8"]);
+    assert!(!ok && stderr.contains("the demo model is built in f32 in memory; --weights q8 applies to model folders"), "{stderr}");
     let (ok, _, stderr) = decider(&["info", "--model", "/no/such/folder"]);
     assert!(!ok && stderr.contains("/no/such/folder is not a model folder"), "{stderr}");
     // A Hub id that cannot be fetched (no network here, or no such repository) says which.
@@ -60,4 +62,5 @@ fn info_describes_the_model() {
     assert_eq!(info["layer_types"][3], "full_attention + mlp");
     assert_eq!(info["labels"]["count"], 255);
     assert_eq!(info["random_weights"], true);
+    assert_eq!(info["weights"], "f32");
 }

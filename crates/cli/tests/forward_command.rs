@@ -58,14 +58,39 @@ fn forward_writes_the_reference_logits_on_every_backend() {
     }
 }
 
+/// `--weights q8` reaches the model: its logits move off the f32 ones by the rounding, and only
+/// by that (the exact comparison with rounded weights is `tests/weight_formats.rs`).
+#[test]
+fn forward_with_q8_weights_writes_nearby_logits() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |weights: &str| -> Vec<f32> {
+        let out = dir.path().join(format!("{weights}.npy"));
+        let output = decider()
+            .args(["forward", "--model"])
+            .arg(fixture_path("dense/save_pretrained"))
+            .args(["--ids", "1,2,3,4,5,6,7", "--weights", weights, "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{weights}: {}", String::from_utf8_lossy(&output.stderr));
+        npyz::NpyFile::new(&std::fs::read(&out).unwrap()[..]).unwrap().into_vec().unwrap()
+    };
+    let (f32_logits, q8_logits) = (run("f32"), run("q8"));
+    let scale = f32_logits.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+    let worst = f32_logits.iter().zip(&q8_logits).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(worst > 1e-4 * scale, "q8 logits equal f32 ones ({worst}): the format was not applied");
+    assert!(worst < 0.1 * scale, "q8 logits are {worst} off f32 ones of scale {scale}");
+}
+
 #[test]
 fn bad_input_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("logits.npy");
-    let cases: [(&[&str], &str); 3] = [
+    let cases: [(&[&str], &str); 4] = [
         (&["--ids", "1,2,256"], "token id 256 is out of range for this model's vocab_size 256"),
         (&["--ids", "1,x"], "invalid value 'x'"),
         (&["--ids", "1", "--backend", "tpu"], "possible values"),
+        (&["--ids", "1", "--weights", "q3"], "unknown weight format `q3` (expected one of: f32, q8)"),
     ];
     for (args, message) in cases {
         let output = decider()

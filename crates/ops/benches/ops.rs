@@ -1,15 +1,17 @@
 //! Specialised kernel vs generic tensor-op implementation vs naive tensor-op baseline, per
 //! backend, at the shapes of the seed: expert counts of 8 ids into 64 experts, 1,024 into 128,
 //! 944 into 256 and 65,536 into 256; inverses of 32 heads x 10 chunks and 32 x 64 chunks of
-//! 64x64 systems built like the delta rule's (entries near 1).
+//! 64x64 systems built like the delta rule's (entries near 1); the Q8_0 matmul at a 2B model's
+//! widest projection (2048 -> 6144) for 64 and 512 tokens, against burn's f32 matmul of the same
+//! shape.
 //!
 //! Run: `cargo bench -p decider-ops --bench ops --features candle,wgpu` (or `cargo xtask bench`). Each group measures the
 //! three implementations in the same run, so the ratios are what to read.
 
 use burn::tensor::backend::Backend;
-use burn::tensor::{Distribution, Int, Tensor};
+use burn::tensor::{Distribution, Int, Tensor, TensorData};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use decider_ops::{ExpertCount, UnitLowerInverse, expert_count, generic, reference, unit_lower_inverse};
+use decider_ops::{ExpertCount, Q8_BLOCK, Q8Matmul, UnitLowerInverse, expert_count, generic, q8_matmul, q8_values, quantize_q8, reference, unit_lower_inverse};
 
 /// `(beta k) k^T * decay` for unit keys that share a strong common direction, strictly lower.
 fn delta_rule_systems<B: Backend>(batch: usize, device: &B::Device) -> Tensor<B, 3> {
@@ -21,7 +23,7 @@ fn delta_rule_systems<B: Backend>(batch: usize, device: &B::Device) -> Tensor<B,
     (keys.clone() * beta).matmul(keys.swap_dims(1, 2)).tril(-1)
 }
 
-fn bench_backend<B: ExpertCount + UnitLowerInverse>(c: &mut Criterion, backend: &str) {
+fn bench_backend<B: ExpertCount + UnitLowerInverse + Q8Matmul>(c: &mut Criterion, backend: &str) {
     let device = B::Device::default();
     let sync = || B::sync(&device).expect("device sync");
 
@@ -71,6 +73,38 @@ fn bench_backend<B: ExpertCount + UnitLowerInverse>(c: &mut Criterion, backend: 
         group.bench_with_input(BenchmarkId::new("naive_by_rows", &shape), &input, |b, x| {
             b.iter(|| {
                 let _ = reference::unit_lower_inverse_by_rows(x.clone());
+                sync()
+            })
+        });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group(format!("{backend}/q8_matmul_2048_to_6144"));
+    group.sample_size(10);
+    let (d_in, d_out) = (2048, 6144);
+    let weight = Tensor::<B, 2>::random([d_out, d_in], Distribution::Uniform(-0.05, 0.05), &device);
+    let (values, scales) = quantize_q8(&weight.clone().into_data().to_vec::<f32>().unwrap(), d_in);
+    let values = q8_values::<B, 2>(values, [d_out, d_in], &device);
+    let scales = Tensor::<B, 2>::from_data(TensorData::new(scales, [d_out, d_in / Q8_BLOCK]), &device);
+    let weight_t = weight.transpose(); // [in, out], as burn's Linear holds it
+    for tokens in [64, 512] {
+        let x = Tensor::<B, 2>::random([tokens, d_in], Distribution::Normal(0.0, 1.0), &device);
+        sync();
+        group.bench_with_input(BenchmarkId::new("f32_matmul", tokens), &x, |b, x| {
+            b.iter(|| {
+                let _ = x.clone().matmul(weight_t.clone());
+                sync()
+            })
+        });
+        group.bench_with_input(BenchmarkId::new("q8_specialised", tokens), &x, |b, x| {
+            b.iter(|| {
+                let _ = q8_matmul(x.clone(), values.clone(), scales.clone());
+                sync()
+            })
+        });
+        group.bench_with_input(BenchmarkId::new("q8_generic", tokens), &x, |b, x| {
+            b.iter(|| {
+                let _ = generic::q8_matmul(x.clone(), values.clone(), scales.clone());
                 sync()
             })
         });

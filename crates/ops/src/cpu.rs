@@ -49,17 +49,19 @@ pub fn unit_lower_inverse<T: Float + Send + Sync>(a: &[T], n: usize) -> Vec<T> {
 /// The output is computed transposed, `W · xᵀ`, a panel of weight rows per task: each task
 /// dequantizes its rows into an f32 buffer (a panel, not the whole weight, is ever f32) and
 /// multiplies it with `matrixmultiply`'s sgemm into its contiguous rows of `outᵀ`; `outᵀ` is
-/// transposed at the end. The weight is read once, at a byte a value.
+/// transposed at the end. The weight is read once, at a byte a value. Panels are as large as
+/// four tasks per thread allow, up to 256 rows: each sgemm packs `x` again, so fewer, larger
+/// panels cost less (64-row panels were 20 % slower at 2B widths).
 pub fn q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f32], d_out: usize, d_in: usize) -> Vec<f32> {
-    const PANEL: usize = 64;
     const BLOCK: usize = crate::Q8_BLOCK;
+    let panel_rows = d_out.div_ceil(4 * rayon::current_num_threads()).next_multiple_of(16).clamp(16, 256);
     let mut transposed = vec![0f32; d_out * n];
     if n == 0 || d_out == 0 || d_in == 0 {
         return transposed;
     }
-    transposed.par_chunks_mut(PANEL * n).enumerate().for_each(|(panel, out)| {
+    transposed.par_chunks_mut(panel_rows * n).enumerate().for_each(|(panel, out)| {
         let rows = out.len() / n;
-        let first = panel * PANEL;
+        let first = panel * panel_rows;
         let mut weights = vec![0f32; rows * d_in];
         let blocks = values[first * d_in..(first + rows) * d_in].chunks_exact(BLOCK);
         let block_scales = &scales[first * d_in / BLOCK..(first + rows) * d_in / BLOCK];

@@ -7,7 +7,7 @@
 //! stored rounded to f16 (kept here as the f32 of that f16).
 
 use burn::tensor::ops::{FloatTensor, IntTensor};
-use burn::tensor::{Int, Tensor, TensorPrimitive, backend::Backend};
+use burn::tensor::{DType, Element, Int, Shape, Tensor, TensorData, TensorPrimitive, backend::Backend};
 use half::f16;
 use rayon::prelude::*;
 
@@ -16,6 +16,13 @@ pub const Q8_BLOCK: usize = 32;
 
 /// `x · Wᵀ` with `W` in Q8_0 blocks.
 pub trait Q8Matmul: Backend {
+    /// The int dtype the values are held in: the backend's own int dtype, unless the backend
+    /// names a smaller one it stores and computes correctly (ndarray: i8; wgpu 0.21 accepts i8
+    /// tensors but reads them wrongly, candle has none).
+    fn q8_values_dtype() -> DType {
+        <Self::IntElem as Element>::dtype()
+    }
+
     /// `x`: `[n, in]`; `values`: `[out, in]` ints in `-127..=127`; `scales`: `[out, in / 32]`.
     /// Returns `[n, out]`.
     fn q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -38,6 +45,11 @@ pub fn q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales
         values.into_primitive(),
         scales.into_primitive().tensor(),
     )))
+}
+
+/// Q8_0 values as a tensor of the backend's [`Q8Matmul::q8_values_dtype`].
+pub fn q8_values<B: Q8Matmul, const D: usize>(values: Vec<i8>, shape: impl Into<Shape>, device: &B::Device) -> Tensor<B, D, Int> {
+    Tensor::from_data(TensorData::new(values, shape), (device, B::q8_values_dtype()))
 }
 
 /// Quantizes row-major `[rows, cols]` values (`cols` a multiple of [`Q8_BLOCK`]) to Q8_0:

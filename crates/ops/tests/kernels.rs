@@ -5,7 +5,7 @@
 
 use burn::tensor::{Int, Tensor, TensorData};
 use decider_ops::{
-    ExpertCount, Q8_BLOCK, Q8Matmul, UnitLowerInverse, dequantize_q8, expert_count, generic, q8_matmul, quantize_q8, reference,
+    ExpertCount, Q8_BLOCK, Q8Matmul, UnitLowerInverse, dequantize_q8, expert_count, generic, q8_matmul, q8_values, quantize_q8, reference,
     unit_lower_inverse,
 };
 
@@ -187,7 +187,7 @@ fn check_q8_matmul<B: Ops>(device: &B::Device) {
         let (values, scales) = quantize_q8(&weights, d_in);
         let (expected, magnitude) = naive_q8_matmul(&x, n, &values, &scales, d_out, d_in);
         let x_t = Tensor::<B, 2>::from_data(TensorData::new(x, [n, d_in]), device);
-        let values_t = Tensor::<B, 2, Int>::from_data(TensorData::new(values, [d_out, d_in]), device);
+        let values_t = q8_values::<B, 2>(values, [d_out, d_in], device);
         let scales_t = Tensor::<B, 2>::from_data(TensorData::new(scales, [d_out, d_in / Q8_BLOCK]), device);
         for (name, out) in [
             ("kernel", q8_matmul(x_t.clone(), values_t.clone(), scales_t.clone())),

@@ -59,7 +59,7 @@ impl ModuleMapper<B> for RandomWeights {
         let shape = param.lazy_shape();
         let values: Vec<i8> = (0..shape.num_elements()).map(|_| (self.next() * 254.0) as i8).collect();
         let id = param.id;
-        param.transform_for_load(Tensor::from_data(TensorData::new(values, shape), &Default::default()), id)
+        param.transform_for_load(decider_ops::q8_values(values, shape, &Default::default()), id)
     }
 }
 

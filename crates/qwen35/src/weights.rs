@@ -21,7 +21,7 @@ use std::path::Path;
 
 use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
-use decider_ops::quantize_q8;
+use decider_ops::{Q8Matmul, q8_values, quantize_q8};
 use rayon::prelude::*;
 
 use crate::checkpoint::Checkpoint;
@@ -82,12 +82,12 @@ pub const STORED: [(&str, &str, Stored); 6] = [
 pub const EXPERT_PARTS: [(&str, &[&str]); 2] = [("gate_up_proj", &["gate_proj", "up_proj"]), ("down_proj", &["down_proj"])];
 
 /// Loads `config.json` and the safetensors weights of a model folder, in f32.
-pub fn load_model<B: Backend>(dir: impl AsRef<Path>, device: &B::Device) -> Result<(Qwen35Config, Qwen35Model<B>), LoadError> {
+pub fn load_model<B: Q8Matmul>(dir: impl AsRef<Path>, device: &B::Device) -> Result<(Qwen35Config, Qwen35Model<B>), LoadError> {
     load_model_with_weights(dir, WeightFormat::F32, device)
 }
 
 /// Loads a model folder with its projections and experts in `weights`.
-pub fn load_model_with_weights<B: Backend>(
+pub fn load_model_with_weights<B: Q8Matmul>(
     dir: impl AsRef<Path>,
     weights: WeightFormat,
     device: &B::Device,
@@ -100,7 +100,7 @@ pub fn load_model_with_weights<B: Backend>(
 }
 
 /// Builds the model of `config` in `weights` and fills every parameter from `checkpoint`.
-pub fn load_weights<B: Backend>(
+pub fn load_weights<B: Q8Matmul>(
     config: &Qwen35Config,
     checkpoint: &Checkpoint,
     weights: WeightFormat,
@@ -131,7 +131,7 @@ pub struct CheckpointFiller<'a, B: Backend> {
     pub error: Option<LoadError>,
 }
 
-impl<'a, B: Backend> CheckpointFiller<'a, B> {
+impl<'a, B: Q8Matmul> CheckpointFiller<'a, B> {
     /// A filler for a checkpoint in either layout (the prefix is found from the embeddings).
     pub fn new(checkpoint: &'a Checkpoint, device: &'a B::Device) -> Result<Self, LoadError> {
         let prefix = PREFIXES
@@ -236,7 +236,7 @@ impl<'a, B: Backend> CheckpointFiller<'a, B> {
     }
 }
 
-impl<B: Backend> ModuleMapper<B> for CheckpointFiller<'_, B> {
+impl<B: Q8Matmul> ModuleMapper<B> for CheckpointFiller<'_, B> {
     fn enter_module(&mut self, name: &str, container_type: &str) {
         self.path.push((name.to_owned(), container_type.to_owned()));
     }
@@ -273,7 +273,7 @@ impl<B: Backend> ModuleMapper<B> for CheckpointFiller<'_, B> {
         match self.q8_values([batch, d_out, d_in]) {
             Ok(values) => {
                 let id = param.id;
-                param.transform_for_load(Tensor::from_data(TensorData::new(values, shape), self.device), id)
+                param.transform_for_load(q8_values(values, shape, self.device), id)
             }
             Err(error) => {
                 self.error = Some(error);

@@ -51,4 +51,8 @@ impl<B: UnitLowerInverse, C: CheckpointStrategy> UnitLowerInverse for Autodiff<B
 
 /// The generic form through autodiff's own ops: the gradient reaches `x`; the weights (ints and
 /// their scales, loaded without `require_grad`) stay frozen.
-impl<B: crate::Q8Matmul, C: CheckpointStrategy> crate::Q8Matmul for Autodiff<B, C> {}
+impl<B: crate::Q8Matmul, C: CheckpointStrategy> crate::Q8Matmul for Autodiff<B, C> {
+    fn q8_values_dtype() -> burn::tensor::DType {
+        B::q8_values_dtype()
+    }
+}

@@ -3,7 +3,7 @@
 use burn::backend::NdArray;
 use burn::backend::ndarray::{FloatNdArrayElement, IntNdArrayElement, NdArrayTensor, QuantElement, SharedArray};
 use burn::tensor::ops::{FloatTensor, IntTensor};
-use burn::tensor::{Int, Shape, Tensor, TensorData, TensorMetadata, TensorPrimitive};
+use burn::tensor::{DType, Int, Shape, Tensor, TensorData, TensorMetadata, TensorPrimitive};
 
 use crate::{ExpertCount, UnitLowerInverse, cpu, generic};
 
@@ -59,6 +59,10 @@ impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> crate::Q8Mat
 where
     NdArrayTensor: From<SharedArray<E>> + From<SharedArray<I>>,
 {
+    fn q8_values_dtype() -> DType {
+        DType::I8
+    }
+
     fn q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: FloatTensor<Self>) -> FloatTensor<Self> {
         let ([n, d_in], [d_out, _]) = (x.shape().dims::<2>(), values.shape().dims::<2>());
         let out = match (&x, &values, &scales) {
