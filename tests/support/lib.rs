@@ -13,7 +13,7 @@ pub fn fixture_path(relative: &str) -> PathBuf {
 
 /// The two reference models.
 pub const MODELS: [&str; 2] = ["dense", "moe"];
-/// Their two checkpoint layouts (spec §11).
+/// Their two checkpoint layouts (docs/weights.md).
 pub const LAYOUTS: [&str; 2] = ["save_pretrained", "hf_layout"];
 /// The runs of every reference: single sequences crossing 0, 1 and 2 chunk boundaries, a batch.
 pub const RUNS: [&str; 5] = ["len1", "len7", "len64", "len130", "batch2"];

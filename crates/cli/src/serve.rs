@@ -1,4 +1,4 @@
-//! `decider serve`: the reference's HTTP API (decider.md §1, §7, §10) on axum.
+//! `decider serve`: the reference's HTTP API (decider-ai 1.10.0's server) on axum.
 //!
 //! Requests are validated and tokenized on the async side; the model runs on one worker
 //! thread that owns it and answers requests in arrival order. Rows are admitted against a

@@ -1,4 +1,4 @@
-//! Answer objects (`systemone.format_answer` / `assemble`, decider.md §1.1): probabilities are
+//! Answer objects (`systemone.format_answer` / `assemble`): probabilities are
 //! renormalised in f64, summarised (`confidence`, `x_p_max`, `certainty`) and rounded as
 //! Python's `round` rounds.
 

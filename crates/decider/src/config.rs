@@ -1,4 +1,4 @@
-//! `decider_config.json` of a model folder (decider.md §3.3–3.4): name, temperatures and prompt
+//! `decider_config.json` of a model folder: name, temperatures and prompt
 //! switches, validated as decider-ai 1.10.0 validates them (`temperature.from_config`).
 
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! The `/decide` form (decider.md §1.3): `{"context": str, "schema": {question: field}}` with
+//! The `/decide` form (decider-ai 1.10.0's `/decide` route): `{"context": str, "schema": {question: field}}` with
 //! fields `{"type": "choice", "options": [...]}`, `{"type": "bool"}` or
 //! `{"type": "scale", "legend": [...] | {number: description}}`. All questions are packed into
 //! one row after the context (capped at 1,536 tokens).

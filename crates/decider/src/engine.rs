@@ -1,6 +1,6 @@
 //! The decision engine: a Qwen3.5 model, its tokenizer and `decider_config.json`, generic over
 //! the burn backend. Rows of a request share their state: the common prefix runs once and its
-//! cache is forked for every question row (decider.md §7.2), which gives the same answers as
+//! cache is forked for every question row, which gives the same answers as
 //! running each row from scratch.
 
 use std::path::Path;
@@ -90,7 +90,7 @@ impl Prompter {
     }
 }
 
-/// A `/v1/systemone` request (decider.md §1.1).
+/// A `/v1/systemone` request (decider-ai 1.10.0's `/v1/systemone` body).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SystemOneRequest {
     /// Any JSON: a string is used as it is, anything else as Python's `json.dumps` of it.

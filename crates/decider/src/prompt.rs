@@ -1,5 +1,5 @@
 //! Prompt rows and answer slots: the state-first plain layout of decider-ai 1.10.0
-//! (`prompt_fast.build_rows`, `systemone.plan_rows`; decider.md §2.3–2.6).
+//! (`prompt_fast.build_rows`, `systemone.plan_rows` in decider-ai 1.10.0).
 //!
 //! A row is `encode("Context:\n" + state)[:cap]` followed by one question piece per question;
 //! pieces are tokenized on their own (BPE never merges across a piece boundary). The slot of a

@@ -1,6 +1,6 @@
 //! JSON text exactly as Python's `json.dumps(value, ensure_ascii=False)` writes it, and
 //! `repr`/`str` of JSON values, because the prompt and some error messages are built from them
-//! (decider.md §2.2): separators `", "` and `": "`, keys in request order, Python's float repr
+//! (`systemone.render_state` in decider-ai 1.10.0): separators `", "` and `": "`, keys in request order, Python's float repr
 //! (`1.0`, `1e-05`, `1e+16`), non-ASCII characters raw, control characters escaped.
 //!
 //! Integers beyond 64 bits arrive as floats (serde_json without `arbitrary_precision`), so they

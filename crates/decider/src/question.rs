@@ -1,5 +1,5 @@
 //! A typed question as the model sees it: `systemone.render_question` of decider-ai 1.10.0
-//! (decider.md §1.1), with the reference's validation messages.
+//! (decider-ai 1.10.0's question types), with the reference's validation messages.
 
 use serde_json::{Map, Value};
 

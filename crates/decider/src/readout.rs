@@ -1,4 +1,4 @@
-//! From label logits to probabilities (decider.md §3.1–3.3): options beyond the question's count
+//! From label logits to probabilities (`systemone` in decider-ai 1.10.0): options beyond the question's count
 //! are masked, the rest divided by the answer type's temperature and softmaxed, in f32 as the
 //! reference does. The logits themselves come from [`crate::engine`], which projects the slot's
 //! final-norm hidden state onto the label rows of the output head only.

@@ -1,4 +1,4 @@
-//! The state as the prompt shows it (`systemone.render_state`, decider.md §2.2): a string as it
+//! The state as the prompt shows it (`systemone.render_state`): a string as it
 //! is, any other JSON as Python's `json.dumps` of it with long lists annotated by position.
 
 use serde_json::{Map, Value};

@@ -1,5 +1,5 @@
 //! The model folder's `tokenizer.json` through the `tokenizers` crate, and the option-label table
-//! built from it (decider.md §2.4).
+//! built from it (A..Z, then single-token two-letter labels).
 
 use std::io::Read;
 use std::path::Path;

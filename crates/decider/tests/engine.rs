@@ -95,7 +95,7 @@ fn decide_answers_each_question_in_one_packed_row() {
         assert!((answer.probs_list.iter().sum::<f64>() - 1.0).abs() < 1e-5);
         assert!(q.options.contains(answer.choice.as_ref().unwrap()));
     }
-    // decider.md §2.3 (`decide/one_question`): 34 tokens, the slot at 33, A..C as `(A`-style tokens.
+    // decider-ai 1.10.0's `decide/one_question` fixture case: 34 tokens, the slot at 33, A..C as `(A`-style tokens.
     let row = decider.prompter().decide_row("My card was charged twice.", &questions[..1]).unwrap();
     assert_eq!((row.ids.len(), row.slots.clone()), (34, vec![33]));
     assert_eq!(row.ids[33], 318, "the slot is the ` (` token");

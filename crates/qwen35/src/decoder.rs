@@ -1,4 +1,4 @@
-//! One decoder layer (spec §3): pre-norm residual blocks around a token mixer (Gated DeltaNet or
+//! One decoder layer (transformers `models/qwen3_5/modeling_qwen3_5.py`): pre-norm residual blocks around a token mixer (Gated DeltaNet or
 //! gated attention) and a feed-forward (dense SwiGLU or sparse MoE).
 
 use burn::config::Config;

@@ -1,4 +1,4 @@
-//! Gated DeltaNet (spec §7): the linear-attention mixer of three layers in four.
+//! Gated DeltaNet (transformers `models/qwen3_5/modeling_qwen3_5.py`): the linear-attention mixer of three layers in four.
 
 use burn::config::Config;
 use burn::module::{Initializer, Module, Param};

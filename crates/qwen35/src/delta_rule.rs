@@ -1,4 +1,4 @@
-//! The gated delta rule (spec §7.1, §7.2), the recurrence at the heart of Gated DeltaNet.
+//! The gated delta rule (its chunked and recurrent forms in transformers `models/qwen3_5/modeling_qwen3_5.py`), the recurrence at the heart of Gated DeltaNet.
 //!
 //! Per batch element and value head, with state `S` (`Dk x Dv`, f32) and for each token:
 //! `S <- S exp(g)`, `S <- S + k (beta (v - S^T k))^T`, `o = S^T q`.

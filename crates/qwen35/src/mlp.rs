@@ -1,4 +1,4 @@
-//! SwiGLU feed-forward (spec §8): the dense MLP and the MoE shared expert.
+//! SwiGLU feed-forward (transformers `models/qwen3_5/modeling_qwen3_5.py`): the dense MLP and the MoE shared expert.
 
 use burn::config::Config;
 use burn::module::Module;

@@ -1,4 +1,4 @@
-//! The Qwen3.5 text model (spec §3, §10): embeddings, decoder layers, final norm, output head.
+//! The Qwen3.5 text model (transformers `models/qwen3_5/modeling_qwen3_5.py`): embeddings, decoder layers, final norm, output head.
 
 use burn::module::Module;
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};

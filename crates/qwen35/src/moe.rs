@@ -1,4 +1,4 @@
-//! The sparse MoE block of Qwen3.5-MoE (spec §9): softmax router, top-k, always renormalised,
+//! The sparse MoE block of Qwen3.5-MoE (transformers `models/qwen3_5_moe/modeling_qwen3_5_moe.py`): softmax router, top-k, always renormalised,
 //! routed SwiGLU experts, plus a shared expert behind a sigmoid gate.
 
 use burn::config::Config;

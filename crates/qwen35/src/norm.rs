@@ -1,4 +1,4 @@
-//! The two RMSNorms of Qwen3.5 (spec §4).
+//! The two RMSNorms of Qwen3.5 (transformers `models/qwen3_5/modeling_qwen3_5.py`).
 
 use burn::config::Config;
 use burn::module::{Initializer, Module, Param};

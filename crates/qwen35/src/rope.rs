@@ -1,4 +1,4 @@
-//! Partial rotary position embedding (spec §5): rotate-half (NeoX) form on the first
+//! Partial rotary position embedding (transformers `models/qwen3_5/modeling_qwen3_5.py`): rotate-half (NeoX) form on the first
 //! `rotary_dim` channels of each head; the other channels pass through.
 //!
 //! Text-only input makes Qwen3.5's M-RoPE (three position rows) exactly plain 1-D RoPE, so the

@@ -1,4 +1,4 @@
-//! The chunked gated delta rule equals the token-by-token recurrence (spec §7.2: algebraically
+//! The chunked gated delta rule equals the token-by-token recurrence (algebraically
 //! identical; transformers' own kernels agree to < 1e-6), across chunk boundaries, with grouped
 //! value heads, and with an initial state; and splitting a sequence in two calls with the state
 //! carried over equals one call.

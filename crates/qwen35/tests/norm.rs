@@ -1,4 +1,4 @@
-//! The RMSNorms against an f64 computation of spec §4, to f32 precision. (A backend's
+//! The RMSNorms against an f64 computation of their definitions, to f32 precision. (A backend's
 //! approximate `recip`, 5e-5 relative on ndarray's SIMD path, fails this.)
 
 use burn::backend::NdArray;

@@ -1,5 +1,5 @@
 //! Where the requests go: the model in this process, or any `/v1/systemone` server over HTTP
-//! exactly as JevBench's `typesafe` adapter talks to it (jevbench.md §3).
+//! exactly as JevBench's `typesafe` adapter talks to it.
 
 use std::time::Duration;
 

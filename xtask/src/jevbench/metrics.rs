@@ -1,5 +1,5 @@
 //! Aggregate figures of a run, as JevBench's `summarize.py`/`metrics.py` compute them
-//! (jevbench.md §5.1–5.2): accuracy, schema validity, Brier, ECE, ordinal MAE, paraphrase
+//! (JevBench's `scoring.py`): accuracy, schema validity, Brier, ECE, ordinal MAE, paraphrase
 //! agreement, latency percentiles, and the chance-corrected Intelligence per tier.
 
 use std::collections::BTreeMap;
@@ -212,7 +212,7 @@ mod tests {
 
     #[test]
     fn intelligence_is_chance_corrected_and_floored() {
-        // decider-2b on the v1.3 board (jevbench.md §5.6): frozen tiers easy/standard/judge/hard
+        // decider-2b on the v1.3 board: frozen tiers easy/standard/judge/hard
         // at 72/72, 82/96, 113/146, 104/220 with chance 0.28403/0.31667/0.29224/0.33644 give
         // the published I = 61.24.
         let i = 0.14 * intelligence(1.0, 0.28403)

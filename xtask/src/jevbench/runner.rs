@@ -1,4 +1,4 @@
-//! The serial run with JevBench's stop rules (jevbench.md §3.3): a 401, 403 or 429, or three
+//! The serial run with JevBench's stop rules: a 401, 403 or 429, or three
 //! failed requests in a row (a 422 does not count), stops the run; the rest is unattempted.
 //! Each record is written out as soon as its item is scored, so an interrupted run keeps them.
 

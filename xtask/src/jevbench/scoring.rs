@@ -1,4 +1,4 @@
-//! Per-item scoring as JevBench's `scoring.py` does it (docs: jevbench.md §4): the returned
+//! Per-item scoring as JevBench's `scoring.py` does it: the returned
 //! distribution must cover exactly the item's labels with finite values in [0, 1] summing to 1
 //! (within 1e-3 strictly, or renormalised within a 2 % band); the prediction is the argmax with
 //! ties going to the lexicographically smallest label; an invalid answer is wrong.
