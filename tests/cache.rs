@@ -4,6 +4,7 @@
 
 use burn::backend::NdArray;
 use burn::tensor::Tensor;
+use qwen35::PrefillBlocks;
 use integration_tests::{MODELS, Reference, assert_close, fixture_path, relative_check};
 
 type B = NdArray;
@@ -65,4 +66,27 @@ fn forked_caches_continue_independently() {
         relative_check(&format!("fork {row}"), &continued, &whole, TOLERANCE);
     }
     assert_eq!(shared.seq_len(), 40, "forks do not touch the shared prefix");
+}
+
+#[test]
+fn rows_continuing_one_shared_prefix_as_a_batch_equal_each_row_whole() {
+    // What a decision does with a state and several question rows: the prefix runs once with
+    // batch 1, and its attention keys serve every row of the batch without being repeated. Small
+    // blocks cut the shared keys and the rows' own keys mid-block.
+    let device = Default::default();
+    let (_, model) = qwen35::load_model::<B>(fixture_path("dense/save_pretrained"), &device).unwrap();
+    let model = model.with_blocks(PrefillBlocks { segment: 16, key_block: 12 });
+    let reference = Reference::open("dense");
+    let batch = reference.input_ids::<B>("batch2", &device);
+    let prefix = batch.clone().narrow(0, 0, 1).narrow(1, 0, 40);
+    let rest = batch.narrow(1, 40, 30);
+    let mut shared = model.new_cache();
+    model.forward_cached(prefix.clone(), &mut shared);
+    let mut rows = shared.repeat_batch(2);
+    let continued = model.forward_cached(rest.clone(), &mut rows);
+    assert_eq!(rows.seq_len(), 70);
+    for row in 0..2 {
+        let whole = model.forward(Tensor::cat(vec![prefix.clone(), rest.clone().narrow(0, row, 1)], 1)).narrow(1, 40, 30);
+        relative_check(&format!("row {row}"), &to_vec(continued.clone().narrow(0, row, 1)), &to_vec(whole), TOLERANCE);
+    }
 }

@@ -1,24 +1,43 @@
 //! Logits and every layer's output equal transformers 5.23.0 on the random-weight reference
 //! models (real head dims, small widths), for both models, both checkpoint layouts and every run,
 //! on every backend compiled in (backend parity: each is held to the same reference).
-//! Tolerance: `1e-4 * max(1, max |reference|)` per tensor.
+//! Tolerance: `1e-4 * max(1, max |reference|)` per tensor. Each run is checked twice: as one
+//! segment and one key block (the default sizes exceed every run), and split into segments of 64
+//! tokens and key blocks of 48, so the segmented prefill and the online softmax meet the
+//! reference at every boundary (len130: three segments, past and own blocks cut mid-block).
 #![allow(deprecated)] // burn-candle is deprecated upstream from 0.21; still a supported backend here.
 
-use qwen35::Qwen35Ops;
+use qwen35::{PrefillBlocks, Qwen35Ops};
 use integration_tests::{LAYOUTS, MODELS, RUNS, Reference, assert_close, fixture_path};
 
 const TOLERANCE: f32 = 1e-4;
+const SMALL_BLOCKS: PrefillBlocks = PrefillBlocks { segment: 64, key_block: 48 };
 
 fn check<B: Qwen35Ops>(backend: &str, model_name: &str, layout: &str) {
     let device = Default::default();
     let (config, model) = qwen35::load_model::<B>(fixture_path(&format!("{model_name}/{layout}")), &device)
         .unwrap_or_else(|e| panic!("{model_name}/{layout}: {e}"));
     let reference = Reference::open(model_name);
+    for (blocks, model) in [(PrefillBlocks::default(), model.clone()), (SMALL_BLOCKS, model.with_blocks(SMALL_BLOCKS))] {
+        check_runs(backend, model_name, layout, &config, &model, &reference, blocks);
+    }
+}
+
+fn check_runs<B: Qwen35Ops>(
+    backend: &str,
+    model_name: &str,
+    layout: &str,
+    config: &qwen35::Qwen35Config,
+    model: &qwen35::Qwen35Model<B>,
+    reference: &Reference,
+    blocks: PrefillBlocks,
+) {
+    let device = Default::default();
     for run in RUNS {
         let trace = model.trace(reference.input_ids(run, &device));
         let mut worst = 0.0f32;
         let mut check = |name: String, tensor| {
-            let error = assert_close(&reference, &format!("{run}.{name}"), tensor, TOLERANCE);
+            let error = assert_close(reference, &format!("{run}.{name}"), tensor, TOLERANCE);
             worst = worst.max(error);
             error
         };
@@ -31,8 +50,8 @@ fn check<B: Qwen35Ops>(backend: &str, model_name: &str, layout: &str) {
         check("norm".into(), trace.norm);
         let logits = check("logits".into(), trace.logits);
         println!(
-            "{backend:7} {model_name:5} {layout:15} {run:6} layers {}: worst {worst:.1e}, logits {logits:.1e}",
-            config.num_hidden_layers
+            "{backend:7} {model_name:5} {layout:15} {run:6} segment {:4} key block {:4} layers {}: worst {worst:.1e}, logits {logits:.1e}",
+            blocks.segment, blocks.key_block, config.num_hidden_layers
         );
     }
 }

@@ -182,6 +182,62 @@ fn size_limits_give_413_and_a_long_state_is_truncated() {
 
 }
 
+/// The process's peak resident memory in bytes (`VmHWM` of `/proc/<pid>/status`).
+#[cfg(target_os = "linux")]
+fn peak_resident_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/<pid>/status");
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("a VmHWM line");
+    let kib: u64 = line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("VmHWM in kB");
+    kib * 1024
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_state_of_32768_tokens_answers_in_bounded_memory() {
+    // The longest state the reference accepts, with two question rows continuing it. Attention
+    // over it at once would take `heads x 32768 x 32768` f32 scores (8 GiB on the demo model);
+    // in segments with an online softmax it stays near the model's own size.
+    const LIMIT: u64 = 2 << 30;
+    let server = server();
+    let state = "word ".repeat(40_000); // over the 32,768-token cap, so the cap applies too
+    let questions = json!({
+        "long": {"type": "noul", "instructions": "Is the state long?"},
+        "kind": {"type": "choice", "instructions": "What is it?", "criteria": {"text": null, "noise": null}}
+    });
+    let (status, response) = server.post("/v1/systemone", &json!({"state": state, "questions": questions}).to_string());
+    assert_eq!(status, 200, "{response}");
+    let input_tokens = response["usage"]["input_tokens"].as_u64().unwrap();
+    assert!(input_tokens > 32_768, "the state is cut to 32,768 tokens, the questions come after it: {input_tokens}");
+    let noul = response["answers"]["long"]["noul"].as_f64().expect("a noul answer");
+    assert!((0.0..=1.0).contains(&noul), "{response}");
+    let probabilities = response["answers"]["kind"]["probabilities"].as_object().expect("choice probabilities");
+    let total: f64 = probabilities.values().map(|p| p.as_f64().unwrap()).sum();
+    assert!((total - 1.0).abs() < 1e-3, "{response}");
+    let peak = peak_resident_bytes(server.child.id());
+    println!("32,768-token state: peak resident {:.0} MiB", peak as f64 / (1 << 20) as f64);
+    assert!(peak < LIMIT, "peak resident memory {peak} bytes, the bound is {LIMIT}");
+    assert_eq!(server.get("/health").0, 200);
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_large_state_costs_memory_by_its_token_cap_not_its_size() {
+    // 600,000 one-element lists (3 MB of JSON) render to 17 MB of annotated text; tokenized
+    // whole, that took gigabytes. Only a prefix proportional to the 512-token cap is rendered and
+    // tokenized; what remains is parsing the body.
+    const GROWTH_LIMIT: u64 = 512 << 20;
+    let server = Server::start(&["--max-state-tokens", "512"]);
+    let state: Vec<Value> = (0..600_000).map(|i| json!([i % 10])).collect();
+    let body = json!({"state": state, "questions": {"q": {"type": "noul", "instructions": "Is it long?"}}}).to_string();
+    let before = peak_resident_bytes(server.child.id());
+    let (status, response) = server.post("/v1/systemone", &body);
+    assert_eq!(status, 200, "{response}");
+    assert!(response["usage"]["input_tokens"].as_u64().unwrap() < 600, "the state is cut to 512 tokens: {response}");
+    let growth = peak_resident_bytes(server.child.id()).saturating_sub(before);
+    println!("{} MB body: peak resident grew by {:.0} MiB", body.len() / 1_000_000, growth as f64 / (1 << 20) as f64);
+    assert!(growth < GROWTH_LIMIT, "peak resident memory grew by {growth} bytes for a {} byte body", body.len());
+}
+
 #[test]
 fn a_body_over_the_limit_gets_a_413_the_client_can_read() {
     let server = Server::start(&["--max-body-bytes", "100000"]);

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 
 use crate::error::DeciderError;
 use crate::question::{AnswerType, RenderedQuestion, render_question};
-use crate::state::render_state;
+use crate::state::{StatePrefix, render_state_prefix, text_prefix};
 use crate::tokenizer::{MAX_OPTIONS, Tokenizer};
 
 /// Options rendered as `(A) text` in one string; more use one label token per option.
@@ -121,7 +121,7 @@ pub fn plan(tokenizer: &Tokenizer, state: &Value, questions: &Map<String, Value>
         planned.push(PlannedQuestion { id, question, first_slot, slot_count, isolated_levels });
     }
 
-    let context = context_ids(tokenizer, &render_state(state), options.max_state_tokens);
+    let context = capped_encode(tokenizer, options.max_state_tokens, |bytes| render_state_prefix(state, bytes));
     // Packed, a request without questions is still one (slotless) row, as in the reference.
     let rows = if options.independent {
         entries.iter().map(|entry| row(tokenizer, &context, std::slice::from_ref(entry))).collect()
@@ -147,11 +147,62 @@ pub fn row(tokenizer: &Tokenizer, context: &[u32], questions: &[RowQuestion]) ->
     row
 }
 
-/// `encode("Context:\n" + state)[:cap]`.
-pub fn context_ids(tokenizer: &Tokenizer, state: &str, max_state_tokens: usize) -> Vec<u32> {
-    let mut ids = tokenizer.encode(&format!("Context:\n{state}"));
-    ids.truncate(max_state_tokens);
-    ids
+/// `encode("Context:\n" + state)[:cap]` of a text state.
+pub fn context_ids(tokenizer: &Tokenizer, state: &str, cap: usize) -> Vec<u32> {
+    capped_encode(tokenizer, cap, |bytes| text_prefix(state, bytes))
+}
+
+/// Bytes of state rendered per token of the cap at first; doubled while too few tokens come out.
+const FIRST_BYTES_PER_TOKEN: usize = 8;
+
+/// No token of the Qwen3.5 vocabulary is longer (128 characters, at most 512 bytes); see
+/// [`capped_encode`].
+const MAX_TOKEN_BYTES: usize = 512;
+
+/// `encode("Context:\n" + state)[:cap]`, from `state_prefix(n)`, the first `n` bytes of the
+/// rendered state: only a prefix proportional to `cap` is rendered and tokenized, so a huge state
+/// costs no more memory than one at the cap.
+///
+/// The prefix is cut at a *safe cut*: a point after a letter, mark or number and before a
+/// character that is neither a letter nor a mark. There the tokenizer's pre-split
+/// (`[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}|...`) always ends a piece and starts the next, and NFC
+/// composes nothing across it, so the tokens before the cut are the same whatever follows: the
+/// result equals tokenizing the whole state. Only a state with no safe cut in its first
+/// `cap x 512` bytes (one unbroken run of letters) is cut at that length instead.
+fn capped_encode(tokenizer: &Tokenizer, cap: usize, state_prefix: impl Fn(usize) -> StatePrefix) -> Vec<u32> {
+    const HEAD: &str = "Context:\n";
+    let mut budget = cap.saturating_mul(FIRST_BYTES_PER_TOKEN).max(1024);
+    loop {
+        let prefix = state_prefix(budget);
+        let text = format!("{HEAD}{}", prefix.text);
+        let last_try = prefix.complete || budget >= cap.saturating_mul(MAX_TOKEN_BYTES);
+        let cut = if last_try { text.len() } else { safe_cut(&text) };
+        if cut > HEAD.len() || last_try {
+            let mut ids = tokenizer.encode(&text[..cut]);
+            if ids.len() >= cap || last_try {
+                ids.truncate(cap);
+                return ids;
+            }
+        }
+        budget = budget.saturating_mul(2);
+    }
+}
+
+/// The last safe cut of `text` (see [`capped_encode`]), or 0.
+fn safe_cut(text: &str) -> usize {
+    static LETTER_OR_MARK: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[\p{L}\p{M}]$").expect("valid regex"));
+    static LETTER_MARK_OR_NUMBER: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[\p{L}\p{M}\p{N}]$").expect("valid regex"));
+    let is = |re: &Regex, c: char| re.is_match(c.encode_utf8(&mut [0; 4]));
+    let mut after: Option<char> = None;
+    for (i, c) in text.char_indices().rev() {
+        if let Some(next) = after {
+            if is(&LETTER_MARK_OR_NUMBER, c) && !is(&LETTER_OR_MARK, next) {
+                return i + c.len_utf8();
+            }
+        }
+        after = Some(c);
+    }
+    0
 }
 
 /// The ids of question `k` (numbered when the row holds several): its header, options and
@@ -193,4 +244,31 @@ pub fn unique_tokens(rows: &[Row]) -> usize {
 pub fn common_prefix(rows: &[Row]) -> usize {
     let Some((first, rest)) = rows.split_first() else { return 0 };
     rest.iter().fold(first.ids.len(), |len, row| first.ids[..len].iter().zip(&row.ids).take_while(|(a, b)| a == b).count())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The claim [`capped_encode`] rests on: the tokens of a text cut at a safe cut are the first
+    /// tokens of the whole text, for a cut found in every prefix of texts that stress it.
+    #[test]
+    fn tokens_before_a_safe_cut_do_not_depend_on_what_follows() {
+        let tokenizer = Tokenizer::test_tokenizer();
+        let texts = [
+            "The fox, it's said, JUMPS over 12 lazy dogs; then naps.\n\n  Then 3.14159 -x",
+            "我们今天讨论的是一个很长的句子。没有空格，也没有数字！只有汉字",
+            "cafe\u{301} na\u{308}ive e\u{301}le\u{300}ve \u{1100}\u{1161}\u{11a8}\u{1102}\u{1165}x",
+            "👍🏽 ok👌 🎉🎉 fine... {\"_index\": 7, \"value\": [1, 2.5e-07]}, ---==>> 'll 'VE",
+            "a  \n\n   \t b\r\n  \n c\u{a0}\u{3000}d\u{1c}e  ",
+        ];
+        for text in texts {
+            let whole = tokenizer.encode(text);
+            for (n, _) in text.char_indices().skip(1) {
+                let cut = safe_cut(&text[..n]);
+                let ids = tokenizer.encode(&text[..cut]);
+                assert_eq!(ids[..], whole[..ids.len()], "{text:?} cut at byte {cut} (prefix of {n} bytes)");
+            }
+        }
+    }
 }

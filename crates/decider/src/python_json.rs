@@ -10,59 +10,128 @@ use serde_json::Value;
 
 /// `json.dumps(value, ensure_ascii=False)`.
 pub fn dumps(value: &Value) -> String {
-    let mut out = String::new();
-    write_json(value, &mut out);
-    out
+    let mut out = Bounded::new(usize::MAX);
+    let _ = write_json(value, &mut out, usize::MAX);
+    out.text
 }
 
-fn write_json(value: &Value, out: &mut String) {
+/// Text that holds at most `limit` bytes: a write that would pass it is cut at the limit (on a
+/// character boundary) and refused, so a writer stops as soon as it has produced enough.
+pub struct Bounded {
+    pub text: String,
+    limit: usize,
+}
+
+/// The limit of a [`Bounded`] was reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Full;
+
+impl Bounded {
+    pub fn new(limit: usize) -> Self {
+        Self { text: String::new(), limit }
+    }
+
+    pub fn push_str(&mut self, s: &str) -> Result<(), Full> {
+        let room = self.limit - self.text.len();
+        if s.len() <= room {
+            self.text.push_str(s);
+            return Ok(());
+        }
+        let mut cut = room;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        self.text.push_str(&s[..cut]);
+        self.limit = self.text.len(); // nothing more fits, not even a shorter character
+        Err(Full)
+    }
+
+    pub fn push(&mut self, c: char) -> Result<(), Full> {
+        self.push_str(c.encode_utf8(&mut [0; 4]))
+    }
+}
+
+/// Writes `value` as `json.dumps` does; every list of at least `index_lists_from` elements is
+/// written with each element's position in it, as `render_state` shows lists
+/// ([`crate::state::ANNOTATE_MIN`]; `usize::MAX` for plain `json.dumps`): an object element `v`
+/// as `{"_index": i, **v}` (`_index` first; `v`'s own `_index` value, if it has one, wins),
+/// anything else as `{"_index": i, "value": v}`.
+pub fn write_json(value: &Value, out: &mut Bounded, index_lists_from: usize) -> Result<(), Full> {
     match value {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
         Value::Number(n) => out.push_str(&number_repr(n)),
         Value::String(s) => write_json_string(s, out),
         Value::Array(items) => {
-            out.push('[');
+            out.push('[')?;
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push_str(", ");
+                    out.push_str(", ")?;
                 }
-                write_json(item, out);
+                if items.len() < index_lists_from {
+                    write_json(item, out, index_lists_from)?;
+                    continue;
+                }
+                out.push_str("{\"_index\": ")?;
+                match item {
+                    Value::Object(fields) => {
+                        match fields.get("_index") {
+                            Some(own) => write_json(own, out, index_lists_from)?,
+                            None => out.push_str(&i.to_string())?,
+                        }
+                        for (key, field) in fields.iter().filter(|(key, _)| *key != "_index") {
+                            write_member(key, field, out, index_lists_from)?;
+                        }
+                    }
+                    other => {
+                        out.push_str(&i.to_string())?;
+                        write_member("value", other, out, index_lists_from)?;
+                    }
+                }
+                out.push('}')?;
             }
-            out.push(']');
+            out.push(']')
         }
         Value::Object(map) => {
-            out.push('{');
+            out.push('{')?;
             for (i, (key, item)) in map.iter().enumerate() {
                 if i > 0 {
-                    out.push_str(", ");
+                    out.push_str(", ")?;
                 }
-                write_json_string(key, out);
-                out.push_str(": ");
-                write_json(item, out);
+                write_json_string(key, out)?;
+                out.push_str(": ")?;
+                write_json(item, out, index_lists_from)?;
             }
-            out.push('}');
+            out.push('}')
         }
     }
 }
 
+/// `, "key": value` after the first member of an object.
+fn write_member(key: &str, value: &Value, out: &mut Bounded, index_lists_from: usize) -> Result<(), Full> {
+    out.push_str(", ")?;
+    write_json_string(key, out)?;
+    out.push_str(": ")?;
+    write_json(value, out, index_lists_from)
+}
+
 /// A JSON string literal as Python's encoder writes it with `ensure_ascii=False`.
-fn write_json_string(s: &str, out: &mut String) {
-    out.push('"');
+fn write_json_string(s: &str, out: &mut Bounded) -> Result<(), Full> {
+    out.push('"')?;
     for c in s.chars() {
         match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
+            '"' => out.push_str("\\\"")?,
+            '\\' => out.push_str("\\\\")?,
+            '\n' => out.push_str("\\n")?,
+            '\r' => out.push_str("\\r")?,
+            '\t' => out.push_str("\\t")?,
+            '\u{8}' => out.push_str("\\b")?,
+            '\u{c}' => out.push_str("\\f")?,
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32))?,
+            c => out.push(c)?,
         }
     }
-    out.push('"');
+    out.push('"')
 }
 
 /// An integer as Python prints it, a float as `repr(float)` does.

@@ -1,47 +1,44 @@
 //! The state as the prompt shows it (`systemone.render_state`): a string as it
 //! is, any other JSON as Python's `json.dumps` of it with long lists annotated by position.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use crate::python_json::dumps;
+use crate::python_json::{Bounded, write_json};
 
-/// Lists at least this long get an `_index` on every element.
+/// Lists at least this long get an `_index` on every element (`annotate_indices`): an object
+/// element `v` becomes `{"_index": i, **v}`, anything else `{"_index": i, "value": v}`, so a path
+/// like `records[47]` is a lookup for the model rather than a count.
 pub const ANNOTATE_MIN: usize = 8;
 
 /// The state text after `Context:\n`.
 pub fn render_state(state: &Value) -> String {
+    render_state_prefix(state, usize::MAX).text
+}
+
+/// The first bytes of a rendered state.
+pub struct StatePrefix {
+    /// At most the requested bytes, cut on a character boundary.
+    pub text: String,
+    /// Whether `text` is the whole rendered state.
+    pub complete: bool,
+}
+
+/// The first `max_bytes` bytes of [`render_state`]'s text, written without rendering the rest:
+/// the work and memory are bounded by `max_bytes`, not by the state.
+pub fn render_state_prefix(state: &Value, max_bytes: usize) -> StatePrefix {
     match state {
-        Value::String(s) => s.clone(),
-        other => dumps(&annotate_indices(other)),
+        Value::String(s) => text_prefix(s, max_bytes),
+        other => {
+            let mut out = Bounded::new(max_bytes);
+            let complete = write_json(other, &mut out, ANNOTATE_MIN).is_ok();
+            StatePrefix { text: out.text, complete }
+        }
     }
 }
 
-/// `annotate_indices`: every list of [`ANNOTATE_MIN`] or more elements, at any depth, writes each
-/// element's position into it, so a path like `records[47]` is a lookup for the model rather
-/// than a count: an object element `v` becomes `{"_index": i, **v}` (so `_index` comes first
-/// unless `v` has its own), anything else `{"_index": i, "value": v}`.
-pub fn annotate_indices(value: &Value) -> Value {
-    match value {
-        Value::Array(items) if items.len() >= ANNOTATE_MIN => Value::Array(
-            items
-                .iter()
-                .enumerate()
-                .map(|(i, item)| {
-                    let mut annotated = Map::new();
-                    annotated.insert("_index".into(), Value::from(i));
-                    match annotate_indices(item) {
-                        // `{"_index": i, **v}`: a key `_index` in v overrides the value, in place.
-                        Value::Object(fields) => annotated.extend(fields),
-                        other => {
-                            annotated.insert("value".into(), other);
-                        }
-                    }
-                    Value::Object(annotated)
-                })
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(annotate_indices).collect()),
-        Value::Object(fields) => Value::Object(fields.iter().map(|(k, v)| (k.clone(), annotate_indices(v))).collect()),
-        other => other.clone(),
-    }
+/// The first `max_bytes` bytes of a text state.
+pub fn text_prefix(text: &str, max_bytes: usize) -> StatePrefix {
+    let mut out = Bounded::new(max_bytes);
+    let complete = out.push_str(text).is_ok();
+    StatePrefix { text: out.text, complete }
 }

@@ -3,12 +3,12 @@
 
 use burn::config::Config;
 use burn::module::Module;
-use burn::tensor::activation::{sigmoid, softmax};
-use burn::tensor::{Tensor, TensorData, backend::Backend};
+use burn::tensor::activation::sigmoid;
+use burn::tensor::{Bool, Int, Tensor, backend::Backend};
 
 use decider_ops::Q8Matmul;
 
-use crate::cache::KvCache;
+use crate::cache::{KvBlock, KvCache};
 use crate::format::WeightFormat;
 use crate::projection::{Projection, ProjectionConfig};
 use crate::norm::{RmsNorm, RmsNormConfig};
@@ -62,8 +62,9 @@ impl GatedAttentionConfig {
 }
 
 impl<B: Q8Matmul> GatedAttention<B> {
-    /// `x`: `[batch, len, hidden]` at positions `past.len..past.len + len`; `cos`/`sin`: RoPE
-    /// tables for those positions. Returns the output and the cache extended by these tokens.
+    /// `x`: `[batch, len, hidden]` at positions `past.len()..past.len() + len`; `cos`/`sin`: RoPE
+    /// tables for those positions; `key_block`: keys per step of the online softmax. Returns
+    /// the output and the cache extended by these tokens (one more block).
     pub fn forward(
         &self,
         x: Tensor<B, 3>,
@@ -71,6 +72,7 @@ impl<B: Q8Matmul> GatedAttention<B> {
         rope: &RotaryEmbedding,
         cos: &Tensor<B, 2>,
         sin: &Tensor<B, 2>,
+        key_block: usize,
     ) -> (Tensor<B, 3>, KvCache<B>) {
         let [batch, len, _] = x.dims();
         let (heads, kv_heads, hd) = (self.num_attention_heads, self.num_key_value_heads, self.head_dim);
@@ -82,43 +84,93 @@ impl<B: Q8Matmul> GatedAttention<B> {
         let key = self.k_proj.forward(x.clone()).reshape([batch, len, kv_heads, hd]);
         let value = self.v_proj.forward(x).reshape([batch, len, kv_heads, hd]);
 
+        // [batch, heads, len, hd] for the norms and RoPE, then kv-head major: query heads
+        // h = kv * group + j share key head kv, so they are grouped, not the keys repeated.
         let query = rope.apply(self.q_norm.forward(query).swap_dims(1, 2), cos, sin);
         let key = rope.apply(self.k_norm.forward(key).swap_dims(1, 2), cos, sin);
-        let value = value.swap_dims(1, 2);
-        let cache = match past {
-            Some(past) => KvCache {
-                key: Tensor::cat(vec![past.key.clone(), key], 2),
-                value: Tensor::cat(vec![past.value.clone(), value], 2),
-            },
-            None => KvCache { key, value },
-        };
-        let total = cache.key.dims()[2];
+        let query = query.reshape([batch, kv_heads, group * len, hd]).swap_dims(0, 1).mul_scalar((hd as f64).powf(-0.5));
+        let block = KvBlock { key: key.swap_dims(0, 1), value: value.swap_dims(1, 2).swap_dims(0, 1) };
+        let mut cache = past.cloned().unwrap_or_default();
+        cache.blocks.push(block);
 
-        // Query heads h = kv * group + j share key head kv: group them instead of repeating keys.
-        let query = query.reshape([batch, kv_heads, group * len, hd]);
-        let scores = query
-            .matmul(cache.key.clone().swap_dims(2, 3))
-            .mul_scalar((hd as f64).powf(-0.5))
-            .reshape([batch, kv_heads, group, len, total]);
-        let mask = causal_mask::<B>(len, total, &scores.device()).reshape([1, 1, 1, len, total]);
-        let probs = softmax(scores + mask, 4).reshape([batch, kv_heads, group * len, total]);
-        let out = probs
-            .matmul(cache.value.clone())
-            .reshape([batch, heads, len, hd])
-            .swap_dims(1, 2)
+        let out = attend(query, &cache, len, key_block)
+            .reshape([kv_heads, batch, group, len, hd])
+            .permute([1, 3, 0, 2, 4])
             .reshape([batch, len, heads * hd]);
         (self.o_proj.forward(out * sigmoid(gate)), cache)
     }
 }
 
-/// Additive mask `[len, total]`: query `i` (position `total - len + i`) sees keys up to its own
-/// position; later keys get a large negative bias whose softmax weight is exactly 0 in f32 (a
-/// finite value, since GPU shading languages do not guarantee infinities).
-fn causal_mask<B: Backend>(len: usize, total: usize, device: &B::Device) -> Tensor<B, 2> {
-    const MASKED: f32 = -1e30;
-    let past = total - len;
-    let values: Vec<f32> = (0..len)
-        .flat_map(|i| (0..total).map(move |j| if j <= past + i { 0.0 } else { MASKED }))
-        .collect();
-    Tensor::from_data(TensorData::new(values, [len, total]), device)
+/// Causal attention of the last `len` positions of `cache` (whose last block holds them) over
+/// every position of `cache`, by key blocks of at most `key_block` with an online softmax (the
+/// flash-attention recurrence: a running maximum `m`, denominator `l` and weighted sum `acc`,
+/// rescaled by `exp(m_old - m_new)` at each block). The working memory is
+/// `rows x key_block`, never `rows x positions`, so a 32,768-token state fits.
+///
+/// `query`: `[kv_heads, batch, group * len, head_dim]`, scaled, rows `j * len + i` for query head
+/// `j` of the group and token `i`. Returns the attention output in the same layout.
+pub fn attend<B: Backend>(query: Tensor<B, 4>, cache: &KvCache<B>, len: usize, key_block: usize) -> Tensor<B, 4> {
+    let [kv_heads, batch, rows, hd] = query.dims();
+    let device = query.device();
+    let own = cache.blocks.len() - 1;
+    let mut state: Option<(Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>)> = None;
+    for (index, block) in cache.blocks.iter().enumerate() {
+        let [_, block_batch, block_len, _] = block.key.dims();
+        assert!(block_batch == batch || block_batch == 1, "a cache block of batch {block_batch} cannot serve a batch of {batch}");
+        let mut start = 0;
+        while start < block_len {
+            let width = key_block.min(block_len - start);
+            let key = block.key.clone().narrow(2, start, width);
+            let value = block.value.clone().narrow(2, start, width);
+            // A shared block (batch 1) serves every row of the batch in one matmul.
+            let scores = if block_batch == batch {
+                query.clone().matmul(key.swap_dims(2, 3))
+            } else {
+                query.clone().reshape([kv_heads, 1, batch * rows, hd]).matmul(key.swap_dims(2, 3)).reshape([kv_heads, batch, rows, width])
+            };
+            // Only the call's own block can hold keys after a query's position.
+            let scores = if index == own {
+                let mask = causal_mask::<B>(len, rows / len, start, width, &device).expand([kv_heads, batch, rows, width]);
+                scores.mask_fill(mask, MASKED)
+            } else {
+                scores
+            };
+            let block_max = scores.clone().max_dim(3);
+            let maximum = match &state {
+                Some((m, _, _)) => m.clone().max_pair(block_max),
+                None => block_max,
+            };
+            let weights = (scores - maximum.clone()).exp();
+            let block_sum = weights.clone().sum_dim(3);
+            let block_out = if block_batch == batch {
+                weights.matmul(value)
+            } else {
+                weights.reshape([kv_heads, 1, batch * rows, width]).matmul(value).reshape([kv_heads, batch, rows, hd])
+            };
+            state = Some(match state {
+                Some((m, l, acc)) => {
+                    let rescale = (m - maximum.clone()).exp();
+                    (maximum, l * rescale.clone() + block_sum, acc * rescale + block_out)
+                }
+                None => (maximum, block_sum, block_out),
+            });
+            start += width;
+        }
+    }
+    let (_, l, acc) = state.expect("the cache holds the call's own block");
+    acc / l
+}
+
+/// A score that softmax turns into exactly 0 in f32, finite since GPU shading languages do not
+/// guarantee infinities.
+const MASKED: f32 = -1e30;
+
+/// `[1, 1, group * len, width]`, true where a key of the call's own block (keys
+/// `start..start + width` of it) lies after the query row's token (row `j * len + i` is token
+/// `i`). Made on the device from two ranges, never as a `[len, positions]` host array.
+fn causal_mask<B: Backend>(len: usize, group: usize, start: usize, width: usize, device: &B::Device) -> Tensor<B, 4, Bool> {
+    let shape = [group, len, width];
+    let token = Tensor::<B, 1, Int>::arange(0..len as i64, device).reshape([1, len, 1]).expand(shape);
+    let key = Tensor::<B, 1, Int>::arange(start as i64..(start + width) as i64, device).reshape([1, 1, width]).expand(shape);
+    key.greater(token).reshape([1, 1, group * len, width])
 }

@@ -6,12 +6,40 @@
 
 use burn::tensor::{Tensor, backend::Backend};
 
-/// Keys and values of one full-attention layer, `[batch, kv_heads, seq, head_dim]`; keys are
-/// stored after `k_norm` and RoPE.
-#[derive(Debug, Clone)]
+/// Keys and values of one full-attention layer: one block per call that extended it, in
+/// position order. Blocks are never concatenated, so a long prompt run in segments is not
+/// copied again with every segment, and a block of batch 1 is shared by every row of a later
+/// batch (a state's prefix is held once, however many question rows continue it).
+#[derive(Debug, Clone, Default)]
 pub struct KvCache<B: Backend> {
+    pub blocks: Vec<KvBlock<B>>,
+}
+
+/// The keys and values of one call's tokens, `[kv_heads, batch, seq, head_dim]` (kv-head major, so
+/// that the rows of a batch fold into one matmul over a shared block). Keys are stored after
+/// `k_norm` and RoPE. `batch` is the batch of the call, or 1 for a block every row shares.
+#[derive(Debug, Clone)]
+pub struct KvBlock<B: Backend> {
     pub key: Tensor<B, 4>,
     pub value: Tensor<B, 4>,
+}
+
+impl<B: Backend> KvCache<B> {
+    /// Positions held.
+    pub fn len(&self) -> usize {
+        self.blocks.iter().map(|b| b.key.dims()[2]).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// This cache continued by `n` rows per row: blocks of batch 1 stay shared, others are
+    /// repeated along the batch.
+    fn repeat_batch(&self, n: usize) -> Self {
+        let repeat = |x: &Tensor<B, 4>| if x.dims()[1] == 1 { x.clone() } else { x.clone().repeat_dim(1, n) };
+        Self { blocks: self.blocks.iter().map(|b| KvBlock { key: repeat(&b.key), value: repeat(&b.value) }).collect() }
+    }
 }
 
 /// State of one Gated DeltaNet layer.
@@ -54,16 +82,14 @@ impl<B: Backend> ModelCache<B> {
     }
 
     /// This cache repeated `n` times along the batch: `n` different continuations of one prefix
-    /// run as one batch.
+    /// run as one batch. Attention blocks of batch 1 are shared, not copied.
     pub fn repeat_batch(&self, n: usize) -> Self {
         let layers = self
             .layers
             .iter()
             .map(|layer| {
                 layer.as_ref().map(|state| match state {
-                    LayerState::Attention(kv) => {
-                        LayerState::Attention(KvCache { key: kv.key.clone().repeat_dim(0, n), value: kv.value.clone().repeat_dim(0, n) })
-                    }
+                    LayerState::Attention(kv) => LayerState::Attention(kv.repeat_batch(n)),
                     LayerState::DeltaNet(dn) => LayerState::DeltaNet(DeltaNetState {
                         conv: dn.conv.clone().repeat_dim(0, n),
                         recurrent: dn.recurrent.clone().repeat_dim(0, n),

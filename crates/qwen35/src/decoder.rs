@@ -88,16 +88,18 @@ pub struct LayerOutput<B: Backend> {
     pub state: LayerState<B>,
 }
 
-/// RoPE tables for the positions of one call, shared by every attention layer.
-pub struct RopeTables<'a, B: Backend> {
+/// What every layer of one call shares: the RoPE tables for the call's positions and the
+/// attention's key block.
+pub struct CallInputs<'a, B: Backend> {
     pub rope: &'a RotaryEmbedding,
     pub cos: Tensor<B, 2>,
     pub sin: Tensor<B, 2>,
+    pub key_block: usize,
 }
 
 impl<B: Qwen35Ops> DecoderLayer<B> {
     /// `hidden`: `[batch, len, hidden]`; `past`: this layer's state from earlier tokens.
-    pub fn forward(&self, hidden: Tensor<B, 3>, past: Option<&LayerState<B>>, rope: &RopeTables<B>) -> LayerOutput<B> {
+    pub fn forward(&self, hidden: Tensor<B, 3>, past: Option<&LayerState<B>>, call: &CallInputs<B>) -> LayerOutput<B> {
         let x = self.input_layernorm.forward(hidden.clone());
         let (mixer, state) = match &self.mixer {
             TokenMixer::LinearAttn(delta_net) => {
@@ -113,7 +115,7 @@ impl<B: Qwen35Ops> DecoderLayer<B> {
                     Some(LayerState::Attention(cache)) => Some(cache),
                     _ => None,
                 };
-                let (out, cache) = attention.forward(x, past, rope.rope, &rope.cos, &rope.sin);
+                let (out, cache) = attention.forward(x, past, call.rope, &call.cos, &call.sin, call.key_block);
                 (out, LayerState::Attention(cache))
             }
         };

@@ -28,7 +28,7 @@ pub use cache::ModelCache;
 pub use config::{FeedForwardType, LayerType, MoeConfig, Qwen35Config};
 pub use error::{ConfigError, LoadError};
 pub use format::WeightFormat;
-pub use model::{ForwardTrace, LayerTrace, Qwen35Model};
+pub use model::{ForwardTrace, LayerTrace, PrefillBlocks, Qwen35Model};
 pub use weights::{load_model, load_model_with_weights};
 
 /// The backend bound of the Qwen3.5 layers: burn's `Backend` plus the special ops of

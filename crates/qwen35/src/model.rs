@@ -9,7 +9,7 @@ use crate::attention::GatedAttentionConfig;
 use crate::cache::ModelCache;
 use crate::config::{FeedForwardType, LayerType, Qwen35Config};
 use crate::format::WeightFormat;
-use crate::decoder::{DecoderLayer, DecoderLayerConfig, FeedForwardConfig, RopeTables, TokenMixerConfig};
+use crate::decoder::{DecoderLayer, CallInputs, DecoderLayerConfig, FeedForwardConfig, TokenMixerConfig};
 use crate::delta_net::GatedDeltaNetConfig;
 use crate::mlp::MlpConfig;
 use crate::moe::SparseMoeConfig;
@@ -27,6 +27,32 @@ pub struct Qwen35Model<B: Backend> {
     pub lm_head: Option<Linear<B>>,
     pub rotary_dim: usize,
     pub rope_theta: f64,
+    /// How a long call is split to keep its working memory bounded.
+    #[module(skip)]
+    pub blocks: PrefillBlocks,
+}
+
+/// How a call over many tokens is split so that its working memory is bounded by these sizes,
+/// not by the number of tokens: the tokens run through all layers one segment at a time (the
+/// cache carries the state from one to the next, as for a prompt sent in parts), and attention
+/// reads the keys one block at a time with an online softmax. The result is that of one pass
+/// within float rounding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefillBlocks {
+    /// Tokens per segment. A multiple of the delta rule's chunk ([`crate::delta_rule::CHUNK_SIZE`])
+    /// puts its chunks where one pass would.
+    pub segment: usize,
+    /// Keys per step of the attention's online softmax.
+    pub key_block: usize,
+}
+
+impl Default for PrefillBlocks {
+    /// 1,024 tokens per segment and per key block: a decision prompt of usual length runs as one
+    /// segment and one key block; a 32,768-token state needs per attention layer
+    /// `heads x 1024 x 1024` scores (4 MiB per head) instead of `heads x 32768 x 32768` (4 GiB).
+    fn default() -> Self {
+        Self { segment: 1024, key_block: 1024 }
+    }
 }
 
 /// Every intermediate of one forward, for layer-by-layer comparison with a reference.
@@ -105,6 +131,7 @@ impl Qwen35Config {
                 .then(|| LinearConfig::new(h, self.vocab_size).with_bias(false).init(device)),
             rotary_dim: self.rotary_dim(),
             rope_theta: self.rope_theta,
+            blocks: PrefillBlocks::default(),
         }
     }
 }
@@ -126,16 +153,47 @@ impl<B: Qwen35Ops> Qwen35Model<B> {
     /// needs only some logits (a decision reads a few label rows) projects these itself.
     /// `ids` must be below `vocab_size` and `cache` must come from this model.
     pub fn hidden_states(&self, ids: Tensor<B, 2, Int>, cache: &mut ModelCache<B>) -> Tensor<B, 3> {
-        self.run(self.embed_tokens.forward(ids), cache, None)
+        let outputs = self.segments(ids).map(|ids| self.run(self.embed_tokens.forward(ids), cache, None)).collect();
+        Tensor::cat(outputs, 1)
     }
 
-    /// Every intermediate of a forward over a fresh sequence.
+    /// Every intermediate of a forward over a fresh sequence (run in segments like any call,
+    /// the segments' outputs joined).
     pub fn trace(&self, ids: Tensor<B, 2, Int>) -> ForwardTrace<B> {
         let mut cache = self.new_cache();
-        let mut layers = Vec::with_capacity(self.layers.len());
-        let embeddings = self.embed_tokens.forward(ids);
-        let norm = self.run(embeddings.clone(), &mut cache, Some(&mut layers));
-        ForwardTrace { embeddings, layers, logits: self.output_head(norm.clone()), norm }
+        let (mut embeddings, mut norms, mut layers) = (Vec::new(), Vec::new(), Vec::new());
+        for ids in self.segments(ids) {
+            let embedded = self.embed_tokens.forward(ids);
+            let mut segment_layers = Vec::with_capacity(self.layers.len());
+            norms.push(self.run(embedded.clone(), &mut cache, Some(&mut segment_layers)));
+            embeddings.push(embedded);
+            layers.push(segment_layers);
+        }
+        let layers = (0..self.layers.len())
+            .map(|i| {
+                let join = |part: fn(&LayerTrace<B>) -> &Tensor<B, 3>| Tensor::cat(layers.iter().map(|s| part(&s[i]).clone()).collect(), 1);
+                LayerTrace { mixer: join(|t| &t.mixer), mlp: join(|t| &t.mlp), hidden: join(|t| &t.hidden) }
+            })
+            .collect();
+        let norm = Tensor::cat(norms, 1);
+        ForwardTrace { embeddings: Tensor::cat(embeddings, 1), layers, logits: self.output_head(norm.clone()), norm }
+    }
+
+    /// This model splitting long calls by `blocks` (both sizes at least 1).
+    pub fn with_blocks(mut self, blocks: PrefillBlocks) -> Self {
+        assert!(blocks.segment > 0 && blocks.key_block > 0, "prefill blocks must be non-empty: {blocks:?}");
+        self.blocks = blocks;
+        self
+    }
+
+    /// `ids` in segments of `blocks.segment` tokens (one, possibly empty, for a short call).
+    fn segments(&self, ids: Tensor<B, 2, Int>) -> impl Iterator<Item = Tensor<B, 2, Int>> {
+        let len = ids.dims()[1];
+        let segment = self.blocks.segment;
+        (0..len.div_ceil(segment).max(1)).map(move |i| {
+            let start = i * segment;
+            ids.clone().narrow(1, start, segment.min(len - start))
+        })
     }
 
     /// An empty cache for this model.
@@ -151,16 +209,16 @@ impl<B: Qwen35Ops> Qwen35Model<B> {
         }
     }
 
-    /// Runs the decoder layers and the final norm over embedded tokens, extending `cache`;
+    /// Runs the decoder layers and the final norm over one segment of embedded tokens, extending `cache`;
     /// pushes each layer's outputs to `trace` if given.
     fn run(&self, embeddings: Tensor<B, 3>, cache: &mut ModelCache<B>, mut trace: Option<&mut Vec<LayerTrace<B>>>) -> Tensor<B, 3> {
         let [_, len, _] = embeddings.dims();
         let mut hidden = embeddings;
         let rope = RotaryEmbedding::new(self.rotary_dim, self.rope_theta);
         let (cos, sin) = rope.tables(cache.seq_len, len, &hidden.device());
-        let tables = RopeTables { rope: &rope, cos, sin };
+        let call = CallInputs { rope: &rope, cos, sin, key_block: self.blocks.key_block };
         for (index, layer) in self.layers.iter().enumerate() {
-            let out = layer.forward(hidden, cache.layers[index].as_ref(), &tables);
+            let out = layer.forward(hidden, cache.layers[index].as_ref(), &call);
             cache.layers[index] = Some(out.state);
             if let Some(trace) = trace.as_deref_mut() {
                 trace.push(LayerTrace { mixer: out.mixer, mlp: out.mlp, hidden: out.hidden.clone() });
