@@ -1,5 +1,5 @@
-//! Plain-Rust kernels for the CPU backends (ndarray, candle): one pass over the ids, and forward
-//! substitution per matrix, in parallel over the batch.
+//! Plain-Rust kernels for the CPU backends (ndarray, candle): one pass over the ids, forward
+//! substitution per matrix in parallel over the batch, and sgemm on operands read in place.
 
 use num_traits::Float;
 use rayon::prelude::*;
@@ -97,5 +97,35 @@ pub fn q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f32], d_out: usiz
             *value = transposed[o * n + token];
         }
     });
+    out
+}
+
+/// `x [n, d_in] · W [d_in, d_out] -> [n, d_out]`, row-major slices, with `matrixmultiply`'s
+/// sgemm (its `threading` feature spreads a large product over the cores).
+pub fn dense_matmul(x: &[f32], n: usize, weight: &[f32], d_in: usize, d_out: usize) -> Vec<f32> {
+    let mut out = vec![0f32; n * d_out];
+    if n == 0 || d_out == 0 {
+        return out;
+    }
+    // SAFETY: the pointers cover `x [n, d_in]`, `weight [d_in, d_out]` and `out [n, d_out]`,
+    // row-major, in bounds and not aliased.
+    unsafe {
+        matrixmultiply::sgemm(
+            n,
+            d_in,
+            d_out,
+            1.0,
+            x.as_ptr(),
+            d_in as isize,
+            1,
+            weight.as_ptr(),
+            d_out as isize,
+            1,
+            0.0,
+            out.as_mut_ptr(),
+            d_out as isize,
+            1,
+        );
+    }
     out
 }

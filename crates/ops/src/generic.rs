@@ -1,7 +1,8 @@
 //! The generic implementations, written with burn tensor ops: every backend's default, always
 //! correct, and the yardstick the specialised kernels are tested and benchmarked against.
 
-use burn::tensor::{Int, Tensor, backend::Backend};
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{Int, Tensor, TensorMetadata, TensorPrimitive, backend::Backend};
 
 /// The generic count: each id compared with every expert index, summed over the ids, a chunk of
 /// ids at a time so memory stays bounded (`CHUNK x E`). Ids outside `0..E` match no index.
@@ -98,4 +99,23 @@ pub fn q8_matmul<B: Backend>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales:
     let blocks = d_in / crate::Q8_BLOCK;
     let weight = values.float().reshape([out, blocks, crate::Q8_BLOCK]) * scales.reshape([out, blocks, 1]);
     x.matmul(weight.reshape([out, d_in]).transpose())
+}
+
+/// `x · weights[index]` with burn's matmul (`weights` `[in, out]` or `[experts, in, out]`).
+pub fn dense_matmul<B: Backend>(x: FloatTensor<B>, weights: FloatTensor<B>, index: usize) -> FloatTensor<B> {
+    let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(x));
+    let weight = match weights.shape().num_dims() {
+        2 => Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(weights)),
+        _ => {
+            let stacked = Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(weights));
+            let [_, d_in, d_out] = stacked.dims();
+            stacked.narrow(0, index, 1).reshape([d_in, d_out])
+        }
+    };
+    let [n, _] = x.dims();
+    if n == 0 {
+        // burn-ndarray 0.21's matmul divides by zero on a 0-row input.
+        return Tensor::<B, 2>::zeros([0, weight.dims()[1]], &x.device()).into_primitive().tensor();
+    }
+    x.matmul(weight).into_primitive().tensor()
 }

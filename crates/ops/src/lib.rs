@@ -3,12 +3,14 @@
 mod backends;
 #[cfg(feature = "cpu-kernels")]
 pub mod cpu;
+mod dense_matmul;
 mod expert_count;
 mod q8_matmul;
 pub mod generic;
 pub mod reference;
 mod unit_lower_inverse;
 
+pub use dense_matmul::{DenseMatmul, dense_matmul, expert_matmul};
 pub use expert_count::{ExpertCount, expert_count};
 pub use q8_matmul::{Q8Matmul, Q8_BLOCK, dequantize_q8, q8_matmul, q8_values, quantize_q8};
 pub use unit_lower_inverse::{UnitLowerInverse, unit_lower_inverse};

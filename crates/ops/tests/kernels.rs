@@ -5,13 +5,13 @@
 
 use burn::tensor::{Int, Tensor, TensorData};
 use decider_ops::{
-    ExpertCount, Q8_BLOCK, Q8Matmul, UnitLowerInverse, dequantize_q8, expert_count, generic, q8_matmul, q8_values, quantize_q8, reference,
-    unit_lower_inverse,
+    DenseMatmul, ExpertCount, Q8_BLOCK, Q8Matmul, UnitLowerInverse, dense_matmul, dequantize_q8, expert_count, expert_matmul, generic,
+    q8_matmul, q8_values, quantize_q8, reference, unit_lower_inverse,
 };
 
 /// Every extension of this crate.
-trait Ops: ExpertCount + UnitLowerInverse + Q8Matmul {}
-impl<B: ExpertCount + UnitLowerInverse + Q8Matmul> Ops for B {}
+trait Ops: ExpertCount + UnitLowerInverse + Q8Matmul + DenseMatmul {}
+impl<B: ExpertCount + UnitLowerInverse + Q8Matmul + DenseMatmul> Ops for B {}
 
 /// A tiny deterministic generator (xorshift), so the tests need no RNG crate.
 struct Rng(u64);
@@ -203,6 +203,38 @@ fn check_q8_matmul<B: Ops>(device: &B::Device) {
     }
 }
 
+/// `(n, d_in, d_out)`: no tokens, one of everything, a wide output, a 2B-model width, a long row.
+const DENSE_SHAPES: [(usize, usize, usize); 6] = [(0, 4, 3), (1, 1, 1), (3, 5, 257), (7, 33, 65), (130, 2048, 96), (1, 4096, 5)];
+
+/// `x · W` for `W [in, out]`, and `x · W[e]` for each slice of stacked `[3, in, out]` weights,
+/// against plain f64 loops.
+fn check_dense_matmul<B: Ops>(device: &B::Device) {
+    let mut rng = Rng(29);
+    for (n, d_in, d_out) in DENSE_SHAPES {
+        let experts = 3;
+        let weights: Vec<f32> = (0..experts * d_in * d_out).map(|_| rng.next_f32() - 0.5).collect();
+        let x: Vec<f32> = (0..n * d_in).map(|_| 2.0 * rng.next_f32() - 1.0).collect();
+        let naive = |e: usize| -> Vec<f64> {
+            let w = &weights[e * d_in * d_out..];
+            (0..n * d_out).map(|k| (0..d_in).map(|i| x[k / d_out * d_in + i] as f64 * w[i * d_out + k % d_out] as f64).sum()).collect()
+        };
+        let check = |name: String, out: Tensor<B, 2>, expected: Vec<f64>| {
+            assert_eq!(out.dims(), [n, d_out], "{name}");
+            let out: Vec<f32> = out.into_data().convert::<f32>().to_vec().unwrap();
+            for (k, (got, e)) in out.iter().zip(&expected).enumerate() {
+                assert!((*got as f64 - e).abs() <= 1e-5 * (d_in as f64).sqrt() + 1e-6, "{name}, entry {k}: {got} vs {e}");
+            }
+        };
+        let x_t = Tensor::<B, 2>::from_data(TensorData::new(x.clone(), [n, d_in]), device);
+        let first = Tensor::<B, 2>::from_data(TensorData::new(weights[..d_in * d_out].to_vec(), [d_in, d_out]), device);
+        check(format!("{n}x{d_in}x{d_out}"), dense_matmul(x_t.clone(), first), naive(0));
+        let stacked = Tensor::<B, 3>::from_data(TensorData::new(weights.clone(), [experts, d_in, d_out]), device);
+        for e in 0..experts {
+            check(format!("expert {e}, {n}x{d_in}x{d_out}"), expert_matmul(x_t.clone(), stacked.clone(), e), naive(e));
+        }
+    }
+}
+
 #[test]
 fn q8_blocks_round_as_llama_cpp_q8_0() {
     // One block: the largest magnitude maps to ±127, the scale is max|w| / 127 rounded to f16.
@@ -252,6 +284,11 @@ macro_rules! backend_suite {
             #[test]
             fn inverse_of_an_empty_batch_is_empty() {
                 check_empty_batch::<B>(&Default::default());
+            }
+
+            #[test]
+            fn dense_matmul_matches_plain_loops() {
+                check_dense_matmul::<B>(&Default::default());
             }
 
             #[test]

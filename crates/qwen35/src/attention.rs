@@ -6,11 +6,10 @@ use burn::module::Module;
 use burn::tensor::activation::sigmoid;
 use burn::tensor::{Bool, Int, Tensor, backend::Backend};
 
-use decider_ops::Q8Matmul;
 
 use crate::cache::{KvBlock, KvCache};
 use crate::format::WeightFormat;
-use crate::projection::{Projection, ProjectionConfig};
+use crate::projection::{Projection, ProjectionConfig, ProjectionOps};
 use crate::norm::{RmsNorm, RmsNormConfig};
 use crate::rope::RotaryEmbedding;
 
@@ -61,7 +60,7 @@ impl GatedAttentionConfig {
     }
 }
 
-impl<B: Q8Matmul> GatedAttention<B> {
+impl<B: ProjectionOps> GatedAttention<B> {
     /// `x`: `[batch, len, hidden]` at positions `past.len()..past.len() + len`; `cos`/`sin`: RoPE
     /// tables for those positions; `key_block`: keys per step of the online softmax. Returns
     /// the output and the cache extended by these tokens (one more block).

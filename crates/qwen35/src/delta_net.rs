@@ -5,13 +5,13 @@ use burn::module::{Initializer, Module, Param};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation::{sigmoid, silu};
 use burn::tensor::{Tensor, backend::Backend};
-use decider_ops::{Q8Matmul, UnitLowerInverse};
+use decider_ops::UnitLowerInverse;
 
 use crate::cache::DeltaNetState;
 use crate::delta_rule::{chunked_gated_delta_rule, recurrent_gated_delta_rule};
 use crate::format::WeightFormat;
 use crate::norm::{GatedRmsNorm, RmsNormConfig};
-use crate::projection::{Projection, ProjectionConfig};
+use crate::projection::{Projection, ProjectionConfig, ProjectionOps};
 
 #[derive(Config, Debug)]
 pub struct GatedDeltaNetConfig {
@@ -89,7 +89,7 @@ impl GatedDeltaNetConfig {
     }
 }
 
-impl<B: UnitLowerInverse + Q8Matmul> GatedDeltaNet<B> {
+impl<B: UnitLowerInverse + ProjectionOps> GatedDeltaNet<B> {
     /// `x`: `[batch, len, hidden]`, continuing from `past` if given. Returns the output and the
     /// state after these tokens. Like transformers, a single token with a past state takes the
     /// recurrent form and everything else the chunked form.

@@ -4,7 +4,7 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::activation::silu;
 use burn::tensor::{Tensor, backend::Backend};
-use decider_ops::Q8Matmul;
+use crate::projection::ProjectionOps;
 
 use crate::format::WeightFormat;
 use crate::projection::{Projection, ProjectionConfig};
@@ -36,7 +36,7 @@ impl MlpConfig {
     }
 }
 
-impl<B: Q8Matmul> Mlp<B> {
+impl<B: ProjectionOps> Mlp<B> {
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         let gate = silu(self.gate_proj.forward(x.clone()));
         self.down_proj.forward(gate * self.up_proj.forward(x))

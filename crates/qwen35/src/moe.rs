@@ -6,7 +6,9 @@ use burn::module::{Initializer, Module, Param};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation::{sigmoid, silu, softmax};
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, backend::Backend};
-use decider_ops::{ExpertCount, Q8Matmul, expert_count};
+use decider_ops::{ExpertCount, expert_count, expert_matmul};
+
+use crate::projection::ProjectionOps;
 
 use crate::format::{Q8Weight, WeightFormat};
 use crate::mlp::{Mlp, MlpConfig};
@@ -85,7 +87,7 @@ impl SparseMoeConfig {
     }
 }
 
-impl<B: ExpertCount + Q8Matmul> SparseMoe<B> {
+impl<B: ExpertCount + ProjectionOps> SparseMoe<B> {
     /// `x`: `[batch, len, hidden]`.
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let [batch, len, hidden] = x.dims();
@@ -140,7 +142,7 @@ impl<B: ExpertCount + Q8Matmul> SparseMoe<B> {
     }
 }
 
-impl<B: Q8Matmul> Experts<B> {
+impl<B: ProjectionOps> Experts<B> {
     /// `(E, I)`: the number of experts and each one's SwiGLU width.
     pub fn dims(&self) -> (usize, usize) {
         match self {
@@ -158,7 +160,7 @@ impl<B: Q8Matmul> Experts<B> {
     /// `x [n, hidden] -> [n, 2I]`: expert `e`'s gate and up projections side by side.
     fn gate_up(&self, x: Tensor<B, 2>, expert: usize) -> Tensor<B, 2> {
         match self {
-            Experts::Float(experts) => x.matmul(Self::slice(&experts.gate_up_proj, expert)),
+            Experts::Float(experts) => expert_matmul(x, experts.gate_up_proj.val(), expert),
             Experts::Q8(experts) => experts.gate_up_proj.matmul(x, expert),
         }
     }
@@ -166,14 +168,8 @@ impl<B: Q8Matmul> Experts<B> {
     /// `h [n, I] -> [n, hidden]`: expert `e`'s down projection.
     fn down(&self, h: Tensor<B, 2>, expert: usize) -> Tensor<B, 2> {
         match self {
-            Experts::Float(experts) => h.matmul(Self::slice(&experts.down_proj, expert)),
+            Experts::Float(experts) => expert_matmul(h, experts.down_proj.val(), expert),
             Experts::Q8(experts) => experts.down_proj.matmul(h, expert),
         }
-    }
-
-    /// Weight `[in, out]` of one expert.
-    fn slice(stacked: &Param<Tensor<B, 3>>, expert: usize) -> Tensor<B, 2> {
-        let [_, d_in, d_out] = stacked.lazy_shape().dims::<3>();
-        stacked.val().narrow(0, expert, 1).reshape([d_in, d_out])
     }
 }

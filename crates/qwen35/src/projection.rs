@@ -4,7 +4,7 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Tensor, backend::Backend};
-use decider_ops::Q8Matmul;
+use decider_ops::{DenseMatmul, Q8Matmul, dense_matmul};
 
 use crate::format::{Q8Weight, WeightFormat};
 
@@ -32,20 +32,25 @@ impl ProjectionConfig {
     }
 }
 
-impl<B: Q8Matmul> Projection<B> {
+/// What a [`Projection`] computes with: an f32 weight through [`DenseMatmul`] (read in place),
+/// a Q8_0 one through [`Q8Matmul`].
+pub trait ProjectionOps: DenseMatmul + Q8Matmul {}
+
+impl<B: DenseMatmul + Q8Matmul> ProjectionOps for B {}
+
+impl<B: ProjectionOps> Projection<B> {
     /// Projects the last dimension of `x`.
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        match self {
-            Projection::Float(linear) => linear.forward(x),
-            Projection::Q8(weight) => {
-                let mut dims = x.dims();
-                let d_input = dims[D - 1];
-                let rows = dims[..D - 1].iter().product();
-                let out = weight.matmul(x.reshape([rows, d_input]), 0);
-                dims[D - 1] = out.dims()[1];
-                out.reshape(dims)
-            }
-        }
+        let mut dims = x.dims();
+        let d_input = dims[D - 1];
+        let rows = dims[..D - 1].iter().product();
+        let x = x.reshape([rows, d_input]);
+        let out = match self {
+            Projection::Float(linear) => dense_matmul(x, linear.weight.val()),
+            Projection::Q8(weight) => weight.matmul(x, 0),
+        };
+        dims[D - 1] = out.dims()[1];
+        out.reshape(dims)
     }
 }
 

@@ -56,3 +56,6 @@ impl<B: crate::Q8Matmul, C: CheckpointStrategy> crate::Q8Matmul for Autodiff<B, 
         B::q8_values_dtype()
     }
 }
+
+/// The generic form through autodiff's own ops, so gradients reach both operands.
+impl<B: crate::DenseMatmul, C: CheckpointStrategy> crate::DenseMatmul for Autodiff<B, C> {}

@@ -49,3 +49,5 @@ impl<F: FloatCandleElement, I: IntCandleElement> UnitLowerInverse for Candle<F, 
 
 /// The generic form (dequantize, then candle's matmul).
 impl<F: FloatCandleElement, I: IntCandleElement> crate::Q8Matmul for Candle<F, I> {}
+
+impl<F: FloatCandleElement, I: IntCandleElement> crate::DenseMatmul for Candle<F, I> {}

@@ -5,7 +5,7 @@ use burn::backend::ndarray::{FloatNdArrayElement, IntNdArrayElement, NdArrayTens
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, Int, Shape, Tensor, TensorData, TensorMetadata, TensorPrimitive};
 
-use crate::{ExpertCount, UnitLowerInverse, cpu, generic};
+use crate::{DenseMatmul, ExpertCount, UnitLowerInverse, cpu, generic};
 
 /// Calls `f` on the contiguous values of an ndarray storage (copied only if not in standard
 /// layout). Going through `TensorData` instead copies element by element whenever the array is
@@ -77,6 +77,26 @@ where
                 let scales = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(scales));
                 return generic::q8_matmul(x, values, scales).into_primitive().tensor();
             }
+        };
+        Tensor::<Self, 2>::from_data(TensorData::new(out, [n, d_out]), &Default::default()).into_primitive().tensor()
+    }
+}
+
+/// [`cpu::dense_matmul`] on f32 operands read in place; other dtypes take burn's matmul.
+impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> DenseMatmul for NdArray<E, I, Q>
+where
+    NdArrayTensor: From<SharedArray<E>> + From<SharedArray<I>>,
+{
+    fn dense_matmul(x: FloatTensor<Self>, weights: FloatTensor<Self>, index: usize) -> FloatTensor<Self> {
+        let [n, d_in] = x.shape().dims::<2>();
+        let shape = weights.shape();
+        let d_out = shape[shape.num_dims() - 1];
+        let size = d_in * d_out;
+        let out = match (&x, &weights) {
+            (NdArrayTensor::F32(x), NdArrayTensor::F32(weights)) => with_slice!(x, |x| with_slice!(weights, |weights| {
+                cpu::dense_matmul(x, n, &weights[index * size..(index + 1) * size], d_in, d_out)
+            })),
+            _ => return generic::dense_matmul::<Self>(x, weights, index),
         };
         Tensor::<Self, 2>::from_data(TensorData::new(out, [n, d_out]), &Default::default()).into_primitive().tensor()
     }

@@ -95,3 +95,5 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> UnitLowerI
 
 /// The generic form (dequantize, then burn's matmul kernels).
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::Q8Matmul for CubeBackend<R, F, I, BT> {}
+
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::DenseMatmul for CubeBackend<R, F, I, BT> {}
