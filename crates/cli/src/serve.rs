@@ -16,6 +16,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use decider::decide_form::DecidePlan;
 use decider::{AnswerType, DeciderError, Plan, Prompter, SystemOneRequest};
 use qwen35::Qwen35Ops;
 use serde_json::{Map, Value, json};
@@ -62,7 +63,7 @@ pub struct ServeArgs {
 /// Work for the model thread.
 enum Job {
     SystemOne(Plan, oneshot::Sender<Result<decider::SystemOneResponse, DeciderError>>),
-    Decide(String, Value, oneshot::Sender<Result<Map<String, Value>, DeciderError>>),
+    Decide(DecidePlan, oneshot::Sender<Map<String, Value>>),
 }
 
 struct AppState {
@@ -147,7 +148,7 @@ pub fn serve<B: Qwen35Ops>(
             Ok(decider) => decider,
             Err(e) => return loaded_tx.send(Err(e)).unwrap_or(()),
         };
-        let _ = loaded_tx.send(Ok((decider.prompter().clone(), decider.source().to_string(), format!("{device:?}"))));
+        let _ = loaded_tx.send(Ok((decider.prompter().clone(), decider.source().to_string(), device_label(&format!("{device:?}")))));
         for job in inbox {
             // A backend that panics on one request (out of device memory, say) fails that
             // request with a 500, its reply dropped; the server goes on with the next.
@@ -155,8 +156,8 @@ pub fn serve<B: Qwen35Ops>(
                 Job::SystemOne(plan, reply) => {
                     let _ = reply.send(decider.answer_plan(&plan));
                 }
-                Job::Decide(context, schema, reply) => {
-                    let _ = reply.send(decider.decide_json(&context, Some(&schema)));
+                Job::Decide(plan, reply) => {
+                    let _ = reply.send(decider.answer_decide(&plan));
                 }
             }));
         }
@@ -176,6 +177,8 @@ pub fn serve<B: Qwen35Ops>(
         .route("/decide", post(decide))
         .route("/health", get(health))
         .route("/v1/models", get(models))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(state.clone());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
@@ -357,11 +360,37 @@ async fn decide(State(state): State<Arc<AppState>>, JsonBody(body): JsonBody) ->
         None => return Err(ApiError(StatusCode::UNPROCESSABLE_ENTITY, json!([field_error("missing", &[json!("context")], "Field required", &body)]))),
     };
     let schema = body.get("schema").cloned().unwrap_or(Value::Null);
+    // Validated and tokenized here, off the model thread, and held to the row limits like
+    // `/v1/systemone` (an empty schema runs no row).
+    let planner = state.clone();
+    let plan = tokio::task::spawn_blocking(move || planner.prompter.plan_decide(&context, Some(&schema)))
+        .await
+        .map_err(internal)?
+        .map_err(unprocessable)?;
+    if plan.row_tokens() == 0 {
+        return Ok(axum::Json(Map::new()));
+    }
+    check_size(&state.limits, &[plan.row_tokens()])?;
     let _admission = Admission::new(&state, 1)?;
     let (reply, answer) = oneshot::channel();
-    state.jobs.send(Job::Decide(context, schema, reply)).map_err(|_| internal("the model thread has stopped"))?;
-    let answers = answer.await.map_err(|_| model_failed())?.map_err(unprocessable)?;
-    Ok(axum::Json(answers))
+    state.jobs.send(Job::Decide(plan, reply)).map_err(|_| internal("the model thread has stopped"))?;
+    Ok(axum::Json(answer.await.map_err(|_| model_failed())?))
+}
+
+/// `device` as the reference's `/health` spells it (`str(torch.device)`): `"cpu"` for a CPU
+/// device; any other keeps burn's name, lower-cased.
+fn device_label(debug: &str) -> String {
+    if debug == "Cpu" { "cpu".into() } else { debug.to_lowercase() }
+}
+
+/// An unknown route: FastAPI's 404 body.
+async fn not_found() -> (StatusCode, axum::Json<Value>) {
+    (StatusCode::NOT_FOUND, axum::Json(json!({"detail": "Not Found"})))
+}
+
+/// A known route with another method: FastAPI's 405 body.
+async fn method_not_allowed() -> (StatusCode, axum::Json<Value>) {
+    (StatusCode::METHOD_NOT_ALLOWED, axum::Json(json!({"detail": "Method Not Allowed"})))
 }
 
 async fn health(State(state): State<Arc<AppState>>) -> axum::Json<Value> {

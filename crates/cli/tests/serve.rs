@@ -141,6 +141,7 @@ fn health_models_and_decide_routes() {
     assert_eq!(status, 200);
     assert_eq!((health["ok"].as_bool(), health["model"].as_str(), health["layout"].as_str()), (Some(true), Some("demo"), Some("plain")));
     assert_eq!(health["temperature_by_type"]["noul"], 1.0);
+    assert_eq!(health["device"], "cpu", "spelled as the reference's str(torch.device)");
     let (_, models) = server.get("/v1/models");
     assert_eq!(models["models"][0]["name"], "decider-demo-random-weights");
 
@@ -158,6 +159,24 @@ fn health_models_and_decide_routes() {
     let (status, error) = server.post("/decide", "{\"context\": \"x\", \"schema\": {\"q\": {\"type\": \"choice\", \"options\": []}}}");
     assert_eq!(status, 422);
     assert!(error["detail"].as_str().unwrap().starts_with("schema['q']: \"options\" must be a non-empty list of strings"), "{error}");
+
+    // More options than labels: answered over the first 255, as the reference's readout does.
+    let options: Vec<String> = (0..300).map(|i| format!("option {i}")).collect();
+    let (status, answers) = server.post("/decide", &json!({"context": "x", "schema": {"Which?": {"type": "choice", "options": options}}}).to_string());
+    assert_eq!(status, 200, "{answers}");
+    let probabilities = answers["Which?"]["probabilities"].as_object().unwrap();
+    assert_eq!(probabilities.keys().cloned().collect::<Vec<_>>(), options[..255]);
+    let total: f64 = probabilities.values().map(|p| p.as_f64().unwrap()).sum();
+    assert!((total - 1.0).abs() < 0.02, "255 probabilities rounded to 4 places: {total}");
+}
+
+#[test]
+fn unknown_routes_and_methods_get_fastapi_json_bodies() {
+    let server = server();
+    assert_eq!(server.get("/v2/nothing"), (404, json!({"detail": "Not Found"})));
+    assert_eq!(server.post("/nothing", "{}"), (404, json!({"detail": "Not Found"})));
+    assert_eq!(server.get("/v1/systemone"), (405, json!({"detail": "Method Not Allowed"})));
+    assert_eq!(server.post("/health", "{}"), (405, json!({"detail": "Method Not Allowed"})));
 }
 
 #[test]
@@ -179,6 +198,12 @@ fn size_limits_give_413_and_a_long_state_is_truncated() {
     let (status, response) = server.post("/v1/systemone", &json!({"state": "s", "questions": many}).to_string());
     assert_eq!(status, 413, "30 isolated level rows > 20: {response}");
     assert!(response["detail"].as_str().unwrap().starts_with("too many questions: the request expands to 30 scoring rows"));
+
+    // `/decide` is held to the same row limit.
+    let schema = json!({"Why?": {"type": "choice", "options": (0..40).map(|i| format!("reason number {i}")).collect::<Vec<_>>()}});
+    let (status, response) = server.post("/decide", &json!({"context": "s", "schema": schema}).to_string());
+    assert_eq!(status, 413, "{response}");
+    assert!(response["detail"].as_str().unwrap().starts_with("too many tokens: one row has"), "{response}");
 
 }
 

@@ -1,17 +1,23 @@
 //! The `/decide` form (decider-ai 1.10.0's `/decide` route): `{"context": str, "schema": {question: field}}` with
 //! fields `{"type": "choice", "options": [...]}`, `{"type": "bool"}` or
 //! `{"type": "scale", "legend": [...] | {number: description}}`. All questions are packed into
-//! one row after the context (capped at 1,536 tokens).
+//! one row after the context (capped at 1,536 tokens). A field of more than 255 options or
+//! levels is answered over its first 255, as the reference's readout does (one label each).
+//!
+//! Planning (validation and tokenization, [`Prompter::plan_decide`]) needs no model, so a server
+//! does it before queueing and checks the row against its limits; answering
+//! ([`Decider::answer_decide`]) runs the one row.
 
 use qwen35::Qwen35Ops;
 use serde_json::{Map, Value};
 
 use crate::answer::{argmax, py_round};
-use crate::engine::{DECIDE_MAX_CONTEXT_TOKENS, Decider, neutralize};
+use crate::engine::{DECIDE_MAX_CONTEXT_TOKENS, Decider, Prompter, neutralize};
 use crate::error::DeciderError;
-use crate::prompt::{RowQuestion, context_ids, row};
+use crate::prompt::{Row, RowQuestion, context_ids, row};
 use crate::python_json::{py_repr, py_str, py_type_name};
 use crate::question::AnswerType;
+use crate::tokenizer::MAX_OPTIONS;
 
 const FORM: &str = "schema: a map {question: field}, each field one of {\"type\": \"choice\", \"options\": [option strings]}, {\"type\": \"bool\"} or {\"type\": \"scale\", \"legend\": [descriptions] or {level number: description}}";
 
@@ -25,6 +31,22 @@ struct Field {
     /// Scale: the legend keys' values, in option order.
     keys: Vec<f64>,
     key_names: Vec<String>,
+    /// Scale: the legend as given, echoed in the answer.
+    legend: Value,
+}
+
+/// A `/decide` request turned into its one row.
+pub struct DecidePlan {
+    fields: Vec<(String, Field)>,
+    /// `None` for an empty schema, answered `{}` without the model.
+    row: Option<Row>,
+}
+
+impl DecidePlan {
+    /// The row's tokens (0 for an empty schema).
+    pub fn row_tokens(&self) -> usize {
+        self.row.as_ref().map_or(0, |r| r.ids.len())
+    }
 }
 
 fn invalid(message: String) -> DeciderError {
@@ -50,12 +72,13 @@ fn fields(schema: Option<&Value>, neutralize_none: bool) -> Result<Vec<(String, 
                     Some(Value::Object(map)) if !map.is_empty() => map.keys().cloned().collect(),
                     _ => return Err(invalid(format!("{at}: \"options\" must be a non-empty list of strings; {FORM}"))),
                 };
+                let options: Vec<String> = options.into_iter().take(MAX_OPTIONS).collect();
                 let shown = options.iter().map(|o| if neutralize_none { neutralize(o) } else { o.clone() }).collect();
-                Field { kind: "choice", shown, names: options, keys: vec![], key_names: vec![] }
+                Field { kind: "choice", shown, names: options, keys: vec![], key_names: vec![], legend: Value::Null }
             }
             Some("bool") => {
                 let options = vec!["no".to_string(), "yes".to_string()];
-                Field { kind: "bool", shown: options.clone(), names: options, keys: vec![], key_names: vec![] }
+                Field { kind: "bool", shown: options.clone(), names: options, keys: vec![], key_names: vec![], legend: Value::Null }
             }
             Some("scale") => {
                 let legend = spec.get("legend");
@@ -76,8 +99,9 @@ fn fields(schema: Option<&Value>, neutralize_none: bool) -> Result<Vec<(String, 
                     }
                     _ => return Err(invalid(format!("{at}: \"legend\" must be a non-empty list or {{level number: description}} map; {FORM}"))),
                 };
-                let shown: Vec<String> = key_names.iter().zip(&descriptions).map(|(k, d)| format!("{k}: {}", py_str(d))).collect();
-                Field { kind: "scale", names: shown.clone(), shown, keys, key_names }
+                let shown: Vec<String> = key_names.iter().zip(&descriptions).take(MAX_OPTIONS).map(|(k, d)| format!("{k}: {}", py_str(d))).collect();
+                let legend = legend.cloned().unwrap_or(Value::Null);
+                Field { kind: "scale", names: shown.clone(), shown, keys, key_names, legend }
             }
             _ => return Err(invalid(format!("unknown field type {}", py_str(&kind)))),
         };
@@ -86,15 +110,14 @@ fn fields(schema: Option<&Value>, neutralize_none: bool) -> Result<Vec<(String, 
     Ok(out)
 }
 
-impl<B: Qwen35Ops> Decider<B> {
-    /// Answers the `/decide` form; an empty schema answers `{}` without running the model.
-    pub fn decide_json(&self, context: &str, schema: Option<&Value>) -> Result<Map<String, Value>, DeciderError> {
-        let config = &self.prompter().config;
-        let fields = fields(schema, config.neutralize_none)?;
+impl Prompter {
+    /// Validates the `/decide` form and builds its row (`Decider._check_schema`,
+    /// `_schema_to_questions`, then one packed row).
+    pub fn plan_decide(&self, context: &str, schema: Option<&Value>) -> Result<DecidePlan, DeciderError> {
+        let fields = fields(schema, self.config.neutralize_none)?;
         if fields.is_empty() {
-            return Ok(Map::new());
+            return Ok(DecidePlan { fields, row: None });
         }
-        let tokenizer = &self.prompter().tokenizer;
         let questions: Vec<RowQuestion> = fields
             .iter()
             .map(|(q, f)| {
@@ -106,11 +129,22 @@ impl<B: Qwen35Ops> Decider<B> {
                 (q.clone(), f.shown.clone(), kind)
             })
             .collect();
-        let context = context_ids(tokenizer, context, DECIDE_MAX_CONTEXT_TOKENS);
-        let rows = [row(tokenizer, &context, &questions)];
-        let probabilities = self.slot_probabilities(&rows);
-        let schema = schema.and_then(Value::as_object).expect("checked above");
-        Ok(fields
+        let context = context_ids(&self.tokenizer, context, DECIDE_MAX_CONTEXT_TOKENS);
+        Ok(DecidePlan { row: Some(row(&self.tokenizer, &context, &questions)), fields })
+    }
+}
+
+impl<B: Qwen35Ops> Decider<B> {
+    /// Answers the `/decide` form; an empty schema answers `{}` without running the model.
+    pub fn decide_json(&self, context: &str, schema: Option<&Value>) -> Result<Map<String, Value>, DeciderError> {
+        Ok(self.answer_decide(&self.prompter().plan_decide(context, schema)?))
+    }
+
+    /// Answers a planned `/decide` form.
+    pub fn answer_decide(&self, plan: &DecidePlan) -> Map<String, Value> {
+        let Some(row) = &plan.row else { return Map::new() };
+        let probabilities = self.slot_probabilities(std::slice::from_ref(row));
+        plan.fields
             .iter()
             .zip(probabilities)
             .map(|((question, field), p)| {
@@ -133,14 +167,13 @@ impl<B: Qwen35Ops> Decider<B> {
                         answer.insert("score".into(), py_round(score, 2).into());
                         answer.insert("confidence".into(), py_round(p[j], 4).into());
                         answer.insert("type".into(), "scale".into());
-                        answer.insert("legend".into(), schema[question]["legend"].clone());
+                        answer.insert("legend".into(), field.legend.clone());
                         let probs = field.key_names.iter().zip(&p).map(|(k, x)| (k.clone(), py_round(*x, 4).into())).collect();
                         answer.insert("probabilities".into(), Value::Object(probs));
                     }
                 }
                 (question.clone(), Value::Object(answer))
             })
-            .collect())
+            .collect()
     }
 }
-
