@@ -7,7 +7,9 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 
 use anyhow::Context;
@@ -73,6 +75,48 @@ struct AppState {
     limits: Limits,
     source: String,
     device: String,
+    stats: Stats,
+}
+
+/// The counters of `GET /stats`, named as the reference server's `stats`, kept as the server runs.
+#[derive(Default)]
+struct Stats {
+    /// Requests answered.
+    requests: AtomicU64,
+    /// Model-thread jobs run (one per answered request: its rows run as one job).
+    batches: AtomicU64,
+    /// Questions answered.
+    decisions: AtomicU64,
+    /// Rows scored.
+    rows: AtomicU64,
+    /// Requests of several rows whose shared state ran once.
+    shared_prefix_requests: AtomicU64,
+    /// Requests refused with a question error (422) or failed on the model thread (500).
+    errors: AtomicU64,
+    /// 413s from the row and token limits.
+    rejected_too_large: AtomicU64,
+    /// 503s from the queue bound.
+    rejected_overloaded: AtomicU64,
+    /// Jobs by their number of rows.
+    batch_hist: Mutex<BTreeMap<usize, u64>>,
+}
+
+impl Stats {
+    fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request answered with `questions` answers from `rows` rows in one job.
+    fn answered(&self, questions: usize, rows: usize) {
+        Self::count(&self.requests);
+        Self::count(&self.batches);
+        self.decisions.fetch_add(questions as u64, Ordering::Relaxed);
+        self.rows.fetch_add(rows as u64, Ordering::Relaxed);
+        if rows > 1 {
+            Self::count(&self.shared_prefix_requests);
+        }
+        *self.batch_hist.lock().unwrap_or_else(|e| e.into_inner()).entry(rows).or_default() += 1;
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -171,12 +215,13 @@ pub fn serve<B: Qwen35Ops>(
         max_queue_rows: args.max_queue_rows,
         max_body_bytes: args.max_body_bytes,
     };
-    let state = Arc::new(AppState { prompter, jobs, queued_rows: AtomicUsize::new(0), limits, source, device });
+    let state = Arc::new(AppState { prompter, jobs, queued_rows: AtomicUsize::new(0), limits, source, device, stats: Stats::default() });
     let app = Router::new()
         .route("/v1/systemone", post(systemone))
         .route("/decide", post(decide))
         .route("/health", get(health))
         .route("/v1/models", get(models))
+        .route("/stats", get(stats))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state.clone());
@@ -217,10 +262,10 @@ impl<'a> Admission<'a> {
         let admitted = state.queued_rows.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |queued| (queued + rows <= limit).then_some(queued + rows));
         match admitted {
             Ok(_) => Ok(Self { state, rows }),
-            Err(queued) => Err(ApiError::new(
+            Err(queued) => Err(state.refused(&state.stats.rejected_overloaded, ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("server busy: {queued} rows queued, the limit is {limit} (DECIDER_MAX_QUEUE_ROWS); retry later"),
-            )),
+            ))),
         }
     }
 }
@@ -302,6 +347,19 @@ fn systemone_request(body: &Value, max_state_tokens: usize) -> Result<(SystemOne
     Ok((request, has_assets))
 }
 
+impl AppState {
+    /// `error`, counted in `counter` of `/stats`.
+    fn refused(&self, counter: &AtomicU64, error: ApiError) -> ApiError {
+        Stats::count(counter);
+        error
+    }
+
+    /// The 413 checks, counted in `/stats`.
+    fn check_size(&self, lengths: &[usize]) -> Result<(), ApiError> {
+        check_size(&self.limits, lengths).map_err(|e| self.refused(&self.stats.rejected_too_large, e))
+    }
+}
+
 /// The 413 checks, in the reference's order: rows, then tokens per row, then per request.
 fn check_size(limits: &Limits, lengths: &[usize]) -> Result<(), ApiError> {
     let (n, total, longest) = (lengths.len(), lengths.iter().sum::<usize>(), lengths.iter().copied().max().unwrap_or(0));
@@ -343,12 +401,19 @@ async fn systemone(
     }
     // Tokenizing a long state is CPU work: keep it off the async workers.
     let planner = state.clone();
-    let plan = tokio::task::spawn_blocking(move || planner.prompter.plan(&request)).await.map_err(internal)?.map_err(unprocessable)?;
-    check_size(&state.limits, &plan.rows.iter().map(|r| r.ids.len()).collect::<Vec<_>>())?;
+    let plan = tokio::task::spawn_blocking(move || planner.prompter.plan(&request))
+        .await
+        .map_err(internal)?
+        .map_err(|e| state.refused(&state.stats.errors, unprocessable(e)))?;
+    state.check_size(&plan.rows.iter().map(|r| r.ids.len()).collect::<Vec<_>>())?;
     let _admission = Admission::new(&state, plan.rows.len())?;
     let (reply, answer) = oneshot::channel();
+    let (questions, rows) = (plan.questions.len(), plan.rows.len());
     state.jobs.send(Job::SystemOne(plan, reply)).map_err(|_| internal("the model thread has stopped"))?;
-    Ok(axum::Json(answer.await.map_err(|_| model_failed())?.map_err(internal)?))
+    let response = answer.await.map_err(|_| model_failed()).and_then(|r| r.map_err(internal));
+    let response = response.map_err(|e| state.refused(&state.stats.errors, e))?;
+    state.stats.answered(questions, rows);
+    Ok(axum::Json(response))
 }
 
 async fn decide(State(state): State<Arc<AppState>>, JsonBody(body): JsonBody) -> Result<axum::Json<Map<String, Value>>, ApiError> {
@@ -366,15 +431,18 @@ async fn decide(State(state): State<Arc<AppState>>, JsonBody(body): JsonBody) ->
     let plan = tokio::task::spawn_blocking(move || planner.prompter.plan_decide(&context, Some(&schema)))
         .await
         .map_err(internal)?
-        .map_err(unprocessable)?;
+        .map_err(|e| state.refused(&state.stats.errors, unprocessable(e)))?;
     if plan.row_tokens() == 0 {
         return Ok(axum::Json(Map::new()));
     }
-    check_size(&state.limits, &[plan.row_tokens()])?;
+    state.check_size(&[plan.row_tokens()])?;
     let _admission = Admission::new(&state, 1)?;
     let (reply, answer) = oneshot::channel();
+    let questions = plan.questions();
     state.jobs.send(Job::Decide(plan, reply)).map_err(|_| internal("the model thread has stopped"))?;
-    Ok(axum::Json(answer.await.map_err(|_| model_failed())?))
+    let answers = answer.await.map_err(|_| state.refused(&state.stats.errors, model_failed()))?;
+    state.stats.answered(questions, 1);
+    Ok(axum::Json(answers))
 }
 
 /// `device` as the reference's `/health` spells it (`str(torch.device)`): `"cpu"` for a CPU
@@ -406,6 +474,40 @@ async fn health(State(state): State<Arc<AppState>>) -> axum::Json<Value> {
         "layout": "plain",
         "temperature": config.temperature,
         "temperature_by_type": by_type,
+    }))
+}
+
+/// `GET /stats`: the reference's counters and limits. This server has no CUDA graphs, engine
+/// statistics, length buckets or schema cache, so `engine` and `schema_cache` are null,
+/// `graphs` is 0 and `bucket_hist` is empty.
+async fn stats(State(state): State<Arc<AppState>>) -> axum::Json<Value> {
+    let s = &state.stats;
+    let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    let batch_hist: Map<String, Value> =
+        s.batch_hist.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(rows, n)| (rows.to_string(), json!(n))).collect();
+    let limits = &state.limits;
+    axum::Json(json!({
+        "requests": get(&s.requests),
+        "batches": get(&s.batches),
+        "decisions": get(&s.decisions),
+        "rows": get(&s.rows),
+        "shared_prefix_requests": get(&s.shared_prefix_requests),
+        "errors": get(&s.errors),
+        "rejected_too_large": get(&s.rejected_too_large),
+        "rejected_overloaded": get(&s.rejected_overloaded),
+        "batch_hist": batch_hist,
+        "bucket_hist": {},
+        "outstanding_rows": state.queued_rows.load(Ordering::SeqCst),
+        "engine": null,
+        "graphs": 0,
+        "sealed": true,
+        "schema_cache": null,
+        "limits": {
+            "max_rows": limits.max_rows,
+            "max_row_tokens": limits.max_row_tokens,
+            "max_request_tokens": limits.max_request_tokens,
+            "max_queue_rows": limits.max_queue_rows,
+        },
     }))
 }
 

@@ -171,6 +171,33 @@ fn health_models_and_decide_routes() {
 }
 
 #[test]
+fn stats_count_what_the_server_did() {
+    let server = Server::start(&["--max-row-tokens", "120"]);
+    let (status, stats) = server.get("/stats");
+    assert_eq!(status, 200);
+    assert_eq!((stats["requests"].as_u64(), stats["rows"].as_u64(), stats["errors"].as_u64()), (Some(0), Some(0), Some(0)));
+    assert_eq!(stats["limits"], json!({"max_rows": 1024, "max_row_tokens": 120, "max_request_tokens": 1 << 20, "max_queue_rows": 4096}));
+
+    let two = json!({"a": {"type": "noul", "instructions": "A?"}, "b": {"type": "noul", "instructions": "B?"}});
+    assert_eq!(server.post("/v1/systemone", &json!({"state": "s", "questions": two}).to_string()).0, 200);
+    assert_eq!(server.post("/decide", &json!({"context": "c", "schema": {"Q?": {"type": "bool"}}}).to_string()).0, 200);
+    let bad = json!({"q": {"type": "nonsense", "instructions": "?"}});
+    assert_eq!(server.post("/v1/systemone", &json!({"state": "s", "questions": bad}).to_string()).0, 422);
+    let long = json!({"q": {"type": "noul", "instructions": "why ".repeat(100)}});
+    assert_eq!(server.post("/v1/systemone", &json!({"state": "s", "questions": long}).to_string()).0, 413);
+
+    let (_, stats) = server.get("/stats");
+    let count = |name: &str| stats[name].as_u64().unwrap_or_else(|| panic!("{name} in {stats}"));
+    assert_eq!(
+        [count("requests"), count("batches"), count("decisions"), count("rows"), count("shared_prefix_requests")],
+        [2, 2, 3, 3, 1],
+        "{stats}"
+    );
+    assert_eq!([count("errors"), count("rejected_too_large"), count("rejected_overloaded"), count("outstanding_rows")], [1, 1, 0, 0]);
+    assert_eq!(stats["batch_hist"], json!({"1": 1, "2": 1}));
+}
+
+#[test]
 fn unknown_routes_and_methods_get_fastapi_json_bodies() {
     let server = server();
     assert_eq!(server.get("/v2/nothing"), (404, json!({"detail": "Not Found"})));

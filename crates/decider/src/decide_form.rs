@@ -43,6 +43,11 @@ pub struct DecidePlan {
 }
 
 impl DecidePlan {
+    /// Questions answered.
+    pub fn questions(&self) -> usize {
+        self.fields.len()
+    }
+
     /// The row's tokens (0 for an empty schema).
     pub fn row_tokens(&self) -> usize {
         self.row.as_ref().map_or(0, |r| r.ids.len())
