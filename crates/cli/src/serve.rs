@@ -33,10 +33,13 @@ use body::JsonBody;
 #[derive(clap::Args)]
 pub struct ServeArgs {
     /// Model folder, or `demo` (random weights, runs offline).
-    #[arg(long)]
+    #[arg(long, env = "DECIDER_MODEL")]
     pub model: ModelSource,
     #[command(flatten)]
     pub weights: WeightsArg,
+    /// One temperature for every answer type, instead of decider_config.json's.
+    #[arg(long, env = "DECIDER_TEMPERATURE")]
+    pub temperature: Option<f64>,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8000")]
     pub addr: SocketAddr,
@@ -158,6 +161,7 @@ impl ServeArgs {
             max_request_tokens: 1 << 20,
             max_queue_rows: 4096,
             max_body_bytes: 64 << 20,
+            temperature: None,
         }
     }
 }
@@ -183,12 +187,16 @@ pub fn serve<B: Qwen35Ops>(
 ) -> anyhow::Result<()> {
     let (jobs, inbox) = mpsc::channel::<Job>();
     let (loaded_tx, loaded) = mpsc::channel();
-    let (model, weights) = (args.model.clone(), args.weights.format);
+    let (model, weights, temperature) = (args.model.clone(), args.weights.format, args.temperature);
     let device = device.clone();
     // The model thread owns the model: it loads it, then answers jobs until the server
     // drops its sender.
     std::thread::Builder::new().name("model".into()).spawn(move || {
-        let decider = match model.load::<B>(weights, &device) {
+        let loaded = model.load::<B>(weights, &device).and_then(|decider| match temperature {
+            Some(t) => Ok(decider.with_temperature(t)?),
+            None => Ok(decider),
+        });
+        let decider = match loaded {
             Ok(decider) => decider,
             Err(e) => return loaded_tx.send(Err(e)).unwrap_or(()),
         };

@@ -198,6 +198,38 @@ fn stats_count_what_the_server_did() {
 }
 
 #[test]
+fn decider_variables_configure_the_server_and_flags_win() {
+    let start = |args: &[&str]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_decider"))
+            .args(["serve", "--addr", "127.0.0.1:0"])
+            .args(args)
+            .env("DECIDER_MODEL", "demo")
+            .env("DECIDER_TEMPERATURE", "0.5")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start decider serve");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let banner = lines.next().map(|l| l.expect("utf-8"));
+        std::thread::spawn(move || lines.for_each(drop));
+        let base = banner.and_then(|b| b.split_whitespace().find(|w| w.starts_with("http://")).map(String::from));
+        Server { child, base: base.unwrap_or_default() }
+    };
+    let from_env = start(&[]);
+    let (_, health) = from_env.get("/health");
+    assert_eq!((health["model"].as_str(), health["temperature"].as_f64()), (Some("demo"), Some(0.5)), "{health}");
+    assert_eq!(health["temperature_by_type"], json!({"choice": 0.5, "noul": 0.5, "score": 0.5}));
+    let flag = start(&["--temperature", "2"]);
+    assert_eq!(flag.get("/health").1["temperature"], 2.0, "the flag wins over DECIDER_TEMPERATURE");
+    let mut refused = start(&["--temperature", "0"]);
+    let status = refused.child.wait().expect("the server exits");
+    assert!(!status.success(), "a temperature of 0 is refused at start");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(refused.child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("temperature"), "the error names the temperature: {stderr}");
+}
+
+#[test]
 fn unknown_routes_and_methods_get_fastapi_json_bodies() {
     let server = server();
     assert_eq!(server.get("/v2/nothing"), (404, json!({"detail": "Not Found"})));

@@ -194,6 +194,13 @@ impl<B: Qwen35Ops> Decider<B> {
         Ok(Self { model, prompter, label_weights, device: device.clone(), source, share_prefix: true })
     }
 
+    /// One temperature for every answer type instead of the config's (`Decider(temperature=...)`,
+    /// `DECIDER_TEMPERATURE`); it must be finite and positive.
+    pub fn with_temperature(mut self, temperature: f64) -> Result<Self, DeciderError> {
+        self.prompter.config = self.prompter.config.with_temperature(temperature)?;
+        Ok(self)
+    }
+
     /// Runs each row from scratch instead of sharing the common prefix (for comparisons).
     pub fn with_shared_prefix(mut self, share: bool) -> Self {
         self.share_prefix = share;
