@@ -112,6 +112,8 @@ pub fn attend<B: Backend>(query: Tensor<B, 4>, cache: &KvCache<B>, len: usize, k
     let [kv_heads, batch, rows, hd] = query.dims();
     let device = query.device();
     let own = cache.blocks.len() - 1;
+    // The batch's rows as one matrix, for blocks every row shares (batch 1); made once.
+    let folded = (batch > 1).then(|| query.clone().reshape([kv_heads, 1, batch * rows, hd]));
     let mut state: Option<(Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>)> = None;
     for (index, block) in cache.blocks.iter().enumerate() {
         let [_, block_batch, block_len, _] = block.key.dims();
@@ -122,10 +124,9 @@ pub fn attend<B: Backend>(query: Tensor<B, 4>, cache: &KvCache<B>, len: usize, k
             let key = block.key.clone().narrow(2, start, width);
             let value = block.value.clone().narrow(2, start, width);
             // A shared block (batch 1) serves every row of the batch in one matmul.
-            let scores = if block_batch == batch {
-                query.clone().matmul(key.swap_dims(2, 3))
-            } else {
-                query.clone().reshape([kv_heads, 1, batch * rows, hd]).matmul(key.swap_dims(2, 3)).reshape([kv_heads, batch, rows, width])
+            let scores = match &folded {
+                Some(folded) if block_batch == 1 => folded.clone().matmul(key.swap_dims(2, 3)).reshape([kv_heads, batch, rows, width]),
+                _ => query.clone().matmul(key.swap_dims(2, 3)),
             };
             // Only the call's own block can hold keys after a query's position.
             let scores = if index == own {
@@ -141,10 +142,10 @@ pub fn attend<B: Backend>(query: Tensor<B, 4>, cache: &KvCache<B>, len: usize, k
             };
             let weights = (scores - maximum.clone()).exp();
             let block_sum = weights.clone().sum_dim(3);
-            let block_out = if block_batch == batch {
-                weights.matmul(value)
-            } else {
+            let block_out = if folded.is_some() && block_batch == 1 {
                 weights.reshape([kv_heads, 1, batch * rows, width]).matmul(value).reshape([kv_heads, batch, rows, hd])
+            } else {
+                weights.matmul(value)
             };
             state = Some(match state {
                 Some((m, l, acc)) => {

@@ -153,8 +153,7 @@ impl<B: Qwen35Ops> Qwen35Model<B> {
     /// needs only some logits (a decision reads a few label rows) projects these itself.
     /// `ids` must be below `vocab_size` and `cache` must come from this model.
     pub fn hidden_states(&self, ids: Tensor<B, 2, Int>, cache: &mut ModelCache<B>) -> Tensor<B, 3> {
-        let outputs = self.segments(ids).map(|ids| self.run(self.embed_tokens.forward(ids), cache, None)).collect();
-        Tensor::cat(outputs, 1)
+        join(self.segments(ids).map(|ids| self.run(self.embed_tokens.forward(ids), cache, None)).collect())
     }
 
     /// Every intermediate of a forward over a fresh sequence (run in segments like any call,
@@ -171,12 +170,12 @@ impl<B: Qwen35Ops> Qwen35Model<B> {
         }
         let layers = (0..self.layers.len())
             .map(|i| {
-                let join = |part: fn(&LayerTrace<B>) -> &Tensor<B, 3>| Tensor::cat(layers.iter().map(|s| part(&s[i]).clone()).collect(), 1);
-                LayerTrace { mixer: join(|t| &t.mixer), mlp: join(|t| &t.mlp), hidden: join(|t| &t.hidden) }
+                let part = |part: fn(&LayerTrace<B>) -> &Tensor<B, 3>| join(layers.iter().map(|s| part(&s[i]).clone()).collect());
+                LayerTrace { mixer: part(|t| &t.mixer), mlp: part(|t| &t.mlp), hidden: part(|t| &t.hidden) }
             })
             .collect();
-        let norm = Tensor::cat(norms, 1);
-        ForwardTrace { embeddings: Tensor::cat(embeddings, 1), layers, logits: self.output_head(norm.clone()), norm }
+        let norm = join(norms);
+        ForwardTrace { embeddings: join(embeddings), layers, logits: self.output_head(norm.clone()), norm }
     }
 
     /// This model splitting long calls by `blocks` (both sizes at least 1).
@@ -228,4 +227,10 @@ impl<B: Qwen35Ops> Qwen35Model<B> {
         cache.seq_len += len;
         self.norm.forward(hidden)
     }
+}
+
+/// The segments' outputs along the sequence; one segment (a usual call) is returned as it is,
+/// since a concatenation copies.
+fn join<B: Backend>(mut outputs: Vec<Tensor<B, 3>>) -> Tensor<B, 3> {
+    if outputs.len() == 1 { outputs.pop().expect("one output") } else { Tensor::cat(outputs, 1) }
 }
