@@ -7,19 +7,17 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::collections::BTreeMap;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::mpsc;
+use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use decider::decide_form::DecidePlan;
-use decider::{AnswerType, DeciderError, Plan, Prompter, SystemOneRequest};
+use decider::{AnswerType, DeciderError, Prompter};
 use qwen35::Qwen35Ops;
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
@@ -28,7 +26,16 @@ use crate::backend::{BackendName, GenericTask};
 use crate::model_source::{ModelSource, WeightsArg};
 
 mod body;
+mod limits;
+mod listener;
+mod queue;
+mod request;
+mod stats;
 use body::JsonBody;
+use limits::Limits;
+use queue::{Backlog, Job, Work};
+use request::{field_error, invalid_fields, systemone_request};
+use stats::Stats;
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -63,73 +70,25 @@ pub struct ServeArgs {
     /// Largest request body in bytes (413 above).
     #[arg(long, env = "DECIDER_MAX_BODY_BYTES", default_value_t = 64 << 20)]
     pub max_body_bytes: usize,
-}
-
-/// Work for the model thread.
-enum Job {
-    SystemOne(Plan, oneshot::Sender<Result<decider::SystemOneResponse, DeciderError>>),
-    Decide(DecidePlan, oneshot::Sender<Map<String, Value>>),
+    /// Seconds a connection may wait for a request's headers, idle keep-alive included; then it is closed.
+    #[arg(long, env = "DECIDER_HEADER_TIMEOUT", default_value_t = 30)]
+    pub header_timeout: u64,
+    /// Seconds a request's body may take to arrive (408 after).
+    #[arg(long, env = "DECIDER_BODY_TIMEOUT", default_value_t = 60)]
+    pub body_timeout: u64,
+    /// Seconds requests in flight get to finish after SIGTERM or Ctrl-C; then the server exits.
+    #[arg(long, env = "DECIDER_SHUTDOWN_TIMEOUT", default_value_t = 30)]
+    pub shutdown_timeout: u64,
 }
 
 struct AppState {
     prompter: Prompter,
     jobs: mpsc::Sender<Job>,
-    queued_rows: AtomicUsize,
+    backlog: Backlog,
     limits: Limits,
     source: String,
     device: String,
-    stats: Stats,
-}
-
-/// The counters of `GET /stats`, named as the reference server's `stats`, kept as the server runs.
-#[derive(Default)]
-struct Stats {
-    /// Requests answered.
-    requests: AtomicU64,
-    /// Model-thread jobs run (one per answered request: its rows run as one job).
-    batches: AtomicU64,
-    /// Questions answered.
-    decisions: AtomicU64,
-    /// Rows scored.
-    rows: AtomicU64,
-    /// Requests of several rows whose shared state ran once.
-    shared_prefix_requests: AtomicU64,
-    /// Requests refused with a question error (422) or failed on the model thread (500).
-    errors: AtomicU64,
-    /// 413s from the row and token limits.
-    rejected_too_large: AtomicU64,
-    /// 503s from the queue bound.
-    rejected_overloaded: AtomicU64,
-    /// Jobs by their number of rows.
-    batch_hist: Mutex<BTreeMap<usize, u64>>,
-}
-
-impl Stats {
-    fn count(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// A request answered with `questions` answers from `rows` rows in one job.
-    fn answered(&self, questions: usize, rows: usize) {
-        Self::count(&self.requests);
-        Self::count(&self.batches);
-        self.decisions.fetch_add(questions as u64, Ordering::Relaxed);
-        self.rows.fetch_add(rows as u64, Ordering::Relaxed);
-        if rows > 1 {
-            Self::count(&self.shared_prefix_requests);
-        }
-        *self.batch_hist.lock().unwrap_or_else(|e| e.into_inner()).entry(rows).or_default() += 1;
-    }
-}
-
-#[derive(Clone, Copy)]
-struct Limits {
-    max_rows: usize,
-    max_state_tokens: usize,
-    max_row_tokens: usize,
-    max_request_tokens: usize,
-    max_queue_rows: usize,
-    max_body_bytes: usize,
+    stats: Arc<Stats>,
 }
 
 /// An HTTP error with the reference's `{"detail": ...}` body.
@@ -143,7 +102,12 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.0, axum::Json(json!({ "detail": self.1 }))).into_response()
+        let mut response = (self.0, axum::Json(json!({ "detail": self.1 }))).into_response();
+        if self.0 == StatusCode::SERVICE_UNAVAILABLE {
+            // The queue drains at the model's pace; a second is the shortest wait worth retrying after.
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
     }
 }
 
@@ -161,6 +125,9 @@ impl ServeArgs {
             max_request_tokens: 1 << 20,
             max_queue_rows: 4096,
             max_body_bytes: 64 << 20,
+            header_timeout: 30,
+            body_timeout: 60,
+            shutdown_timeout: 30,
             temperature: None,
         }
     }
@@ -186,6 +153,8 @@ pub fn serve<B: Qwen35Ops>(
     ready: impl FnOnce(&str, SocketAddr),
 ) -> anyhow::Result<()> {
     let (jobs, inbox) = mpsc::channel::<Job>();
+    let stats = Arc::new(Stats::default());
+    let model_stats = stats.clone();
     let (loaded_tx, loaded) = mpsc::channel();
     let (model, weights, temperature) = (args.model.clone(), args.weights.format, args.temperature);
     let device = device.clone();
@@ -201,18 +170,7 @@ pub fn serve<B: Qwen35Ops>(
             Err(e) => return loaded_tx.send(Err(e)).unwrap_or(()),
         };
         let _ = loaded_tx.send(Ok((decider.prompter().clone(), decider.source().to_string(), device_label(&format!("{device:?}")))));
-        for job in inbox {
-            // A backend that panics on one request (out of device memory, say) fails that
-            // request with a 500, its reply dropped; the server goes on with the next.
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match job {
-                Job::SystemOne(plan, reply) => {
-                    let _ = reply.send(decider.answer_plan(&plan));
-                }
-                Job::Decide(plan, reply) => {
-                    let _ = reply.send(decider.answer_decide(&plan));
-                }
-            }));
-        }
+        queue::answer_jobs(&decider, inbox, &model_stats);
     })?;
     let (prompter, source, device) = loaded.recv().context("the model thread stopped")??;
     let limits = Limits {
@@ -222,14 +180,16 @@ pub fn serve<B: Qwen35Ops>(
         max_request_tokens: args.max_request_tokens,
         max_queue_rows: args.max_queue_rows,
         max_body_bytes: args.max_body_bytes,
+        body_timeout: Duration::from_secs(args.body_timeout),
     };
-    let state = Arc::new(AppState { prompter, jobs, queued_rows: AtomicUsize::new(0), limits, source, device, stats: Stats::default() });
+    let timeouts = listener::Timeouts { header: Duration::from_secs(args.header_timeout), shutdown: Duration::from_secs(args.shutdown_timeout) };
+    let state = Arc::new(AppState { prompter, jobs, backlog: Backlog::default(), limits, source, device, stats });
     let app = Router::new()
         .route("/v1/systemone", post(systemone))
         .route("/decide", post(decide))
         .route("/health", get(health))
         .route("/v1/models", get(models))
-        .route("/stats", get(stats))
+        .route("/stats", get(stats_report))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state.clone());
@@ -237,9 +197,12 @@ pub fn serve<B: Qwen35Ops>(
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(args.addr).await.with_context(|| format!("binding {}", args.addr))?;
         ready(&state.prompter.config.model_name, listener.local_addr()?);
-        axum::serve(listener, app).with_graceful_shutdown(shutdown).await?;
+        listener::serve(listener, app, timeouts, shutdown).await;
         anyhow::Ok(())
-    })
+    })?;
+    // Tokenizing work of requests cut off by the shutdown timeout is not waited for.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    Ok(())
 }
 
 /// Ctrl-C or SIGTERM: stop accepting, finish the requests in flight.
@@ -258,129 +221,58 @@ async fn shutdown_signal() {
     tokio::select! { _ = ctrl_c => {}, _ = terminate => {} }
 }
 
-/// Rows admitted for one request; released when the answer is in (or the client left).
-struct Admission<'a> {
-    state: &'a AppState,
-    rows: usize,
-}
-
-impl<'a> Admission<'a> {
-    fn new(state: &'a AppState, rows: usize) -> Result<Self, ApiError> {
-        let limit = state.limits.max_queue_rows;
-        let admitted = state.queued_rows.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |queued| (queued + rows <= limit).then_some(queued + rows));
-        match admitted {
-            Ok(_) => Ok(Self { state, rows }),
-            Err(queued) => Err(state.refused(&state.stats.rejected_overloaded, ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("server busy: {queued} rows queued, the limit is {limit} (DECIDER_MAX_QUEUE_ROWS); retry later"),
-            ))),
-        }
-    }
-}
-
-impl Drop for Admission<'_> {
-    fn drop(&mut self) {
-        self.state.queued_rows.fetch_sub(self.rows, Ordering::SeqCst);
-    }
-}
-
-/// One entry of FastAPI's list-shaped 422 `detail`.
-fn field_error(kind: &str, loc: &[Value], msg: &str, input: &Value) -> Value {
-    let mut loc_all = vec![json!("body")];
-    loc_all.extend_from_slice(loc);
-    json!({"type": kind, "loc": loc_all, "msg": msg, "input": input})
-}
-
-/// pydantic's lax boolean.
-fn lax_bool(value: &Value) -> Option<bool> {
-    match value {
-        Value::Bool(b) => Some(*b),
-        Value::Number(n) if n.as_f64() == Some(1.0) => Some(true),
-        Value::Number(n) if n.as_f64() == Some(0.0) => Some(false),
-        Value::String(s) => match s.trim().to_ascii_lowercase().as_str() {
-            "1" | "on" | "t" | "true" | "y" | "yes" => Some(true),
-            "0" | "off" | "f" | "false" | "n" | "no" => Some(false),
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
-/// `S1Req`: the fields of a `/v1/systemone` body, with pydantic's errors for wrong types.
-fn systemone_request(body: &Value, max_state_tokens: usize) -> Result<(SystemOneRequest, bool), ApiError> {
-    let Value::Object(fields) = body else {
-        let msg = "Input should be a valid dictionary or object to extract fields from";
-        return Err(ApiError(StatusCode::UNPROCESSABLE_ENTITY, json!([field_error("model_attributes_type", &[], msg, body)])));
-    };
-    let mut errors = Vec::new();
-    for required in ["state", "questions"] {
-        if !fields.contains_key(required) {
-            errors.push(field_error("missing", &[json!(required)], "Field required", body));
-        }
-    }
-    let questions = match fields.get("questions") {
-        Some(Value::Object(q)) => q.clone(),
-        Some(other) => {
-            errors.push(field_error("dict_type", &[json!("questions")], "Input should be a valid dictionary", other));
-            Map::new()
-        }
-        None => Map::new(),
-    };
-    for name in ["model", "layout"] {
-        if let Some(v) = fields.get(name).filter(|v| !v.is_null() && !v.is_string()) {
-            errors.push(field_error("string_type", &[json!(name)], "Input should be a valid string", v));
-        }
-    }
-    let independent = match fields.get("independent") {
-        None => true,
-        Some(v) => lax_bool(v).unwrap_or_else(|| {
-            errors.push(field_error("bool_parsing", &[json!("independent")], "Input should be a valid boolean, unable to interpret input", v));
-            true
-        }),
-    };
-    let has_assets = match fields.get("assets") {
-        None | Some(Value::Null) => false,
-        Some(Value::Object(a)) => !a.is_empty(),
-        Some(other) => {
-            errors.push(field_error("dict_type", &[json!("assets")], "Input should be a valid dictionary", other));
-            false
-        }
-    };
-    if !errors.is_empty() {
-        return Err(ApiError(StatusCode::UNPROCESSABLE_ENTITY, Value::Array(errors)));
-    }
-    let mut request = SystemOneRequest::new(fields["state"].clone(), questions);
-    request.independent = independent;
-    request.max_state_tokens = max_state_tokens;
-    Ok((request, has_assets))
-}
-
 impl AppState {
     /// `error`, counted in `counter` of `/stats`.
+    /// Every refusal is logged on one line: its status and its `detail` as JSON.
     fn refused(&self, counter: &AtomicU64, error: ApiError) -> ApiError {
         Stats::count(counter);
+        eprintln!("decider: refused status={} detail={}", error.0.as_u16(), error.1);
         error
     }
 
     /// The 413 checks, counted in `/stats`.
     fn check_size(&self, lengths: &[usize]) -> Result<(), ApiError> {
-        check_size(&self.limits, lengths).map_err(|e| self.refused(&self.stats.rejected_too_large, e))
+        self.limits.check_size(lengths).map_err(|e| self.refused(&self.stats.rejected_too_large, e))
+    }
+
+    /// `rows` admitted to the model's queue, or a 503 counted in `/stats`.
+    fn admit(&self, rows: usize) -> Result<queue::Admission, ApiError> {
+        let limit = self.limits.max_queue_rows;
+        self.backlog.admit(rows, limit).map_err(|queued| {
+            let message = format!("server busy: {queued} rows queued, the limit is {limit} (DECIDER_MAX_QUEUE_ROWS); retry later");
+            self.refused(&self.stats.rejected_overloaded, ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message))
+        })
+    }
+
+    /// Sends `work` of `admission`'s rows to the model thread.
+    fn enqueue(&self, work: Work, admission: queue::Admission) -> Result<(), ApiError> {
+        self.jobs.send(Job { work, admission }).map_err(|_| internal("the model thread has stopped"))
+    }
+
+    /// Counts the request as abandoned unless [`ClientWatch::finished`] is called before it drops.
+    fn watch_client(&self) -> ClientWatch<'_> {
+        ClientWatch { stats: &self.stats, finished: false }
     }
 }
 
-/// The 413 checks, in the reference's order: rows, then tokens per row, then per request.
-fn check_size(limits: &Limits, lengths: &[usize]) -> Result<(), ApiError> {
-    let (n, total, longest) = (lengths.len(), lengths.iter().sum::<usize>(), lengths.iter().copied().max().unwrap_or(0));
-    let message = if n > limits.max_rows {
-        format!("too many questions: the request expands to {n} scoring rows, the limit is {} (DECIDER_MAX_ROWS)", limits.max_rows)
-    } else if longest > limits.max_row_tokens {
-        format!("too many tokens: one row has {longest} tokens, the limit is {} per row (DECIDER_MAX_ROW_TOKENS)", limits.max_row_tokens)
-    } else if total > limits.max_request_tokens {
-        format!("too many tokens: the request has {total} tokens over {n} rows, the limit is {} (DECIDER_MAX_REQUEST_TOKENS)", limits.max_request_tokens)
-    } else {
-        return Ok(());
-    };
-    Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, message))
+/// A request's handler future is dropped, unfinished, when its client closes the connection.
+struct ClientWatch<'a> {
+    stats: &'a Stats,
+    finished: bool,
+}
+
+impl ClientWatch<'_> {
+    fn finished(mut self) {
+        self.finished = true;
+    }
+}
+
+impl Drop for ClientWatch<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            Stats::count(&self.stats.abandoned);
+        }
+    }
 }
 
 fn internal(e: impl std::fmt::Display) -> ApiError {
@@ -403,7 +295,15 @@ async fn systemone(
     State(state): State<Arc<AppState>>,
     JsonBody(body): JsonBody,
 ) -> Result<axum::Json<decider::SystemOneResponse>, ApiError> {
+    let watch = state.watch_client();
+    let response = answer_systemone(&state, body).await;
+    watch.finished();
+    response.map(axum::Json)
+}
+
+async fn answer_systemone(state: &Arc<AppState>, body: Value) -> Result<decider::SystemOneResponse, ApiError> {
     let (request, has_assets) = systemone_request(&body, state.limits.max_state_tokens)?;
+    drop(body);
     if has_assets {
         return Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "this server was started without image support (DECIDER_IMAGES=1)"));
     }
@@ -414,25 +314,31 @@ async fn systemone(
         .map_err(internal)?
         .map_err(|e| state.refused(&state.stats.errors, unprocessable(e)))?;
     state.check_size(&plan.rows.iter().map(|r| r.ids.len()).collect::<Vec<_>>())?;
-    let _admission = Admission::new(&state, plan.rows.len())?;
+    let admission = state.admit(plan.rows.len())?;
+    let questions = plan.questions.len();
     let (reply, answer) = oneshot::channel();
-    let (questions, rows) = (plan.questions.len(), plan.rows.len());
-    state.jobs.send(Job::SystemOne(plan, reply)).map_err(|_| internal("the model thread has stopped"))?;
+    state.enqueue(Work::SystemOne(plan, reply), admission)?;
     let response = answer.await.map_err(|_| model_failed()).and_then(|r| r.map_err(internal));
     let response = response.map_err(|e| state.refused(&state.stats.errors, e))?;
-    state.stats.answered(questions, rows);
-    Ok(axum::Json(response))
+    state.stats.answered(questions);
+    Ok(response)
 }
 
 async fn decide(State(state): State<Arc<AppState>>, JsonBody(body): JsonBody) -> Result<axum::Json<Map<String, Value>>, ApiError> {
+    let watch = state.watch_client();
+    let answers = answer_decide(&state, body).await;
+    watch.finished();
+    answers.map(axum::Json)
+}
+
+async fn answer_decide(state: &Arc<AppState>, body: Value) -> Result<Map<String, Value>, ApiError> {
     let context = match body.get("context") {
         Some(Value::String(c)) => c.clone(),
-        Some(other) => {
-            return Err(ApiError(StatusCode::UNPROCESSABLE_ENTITY, json!([field_error("string_type", &[json!("context")], "Input should be a valid string", other)])));
-        }
-        None => return Err(ApiError(StatusCode::UNPROCESSABLE_ENTITY, json!([field_error("missing", &[json!("context")], "Field required", &body)]))),
+        Some(other) => return Err(invalid_fields(vec![field_error("string_type", &[json!("context")], "Input should be a valid string", other)])),
+        None => return Err(invalid_fields(vec![field_error("missing", &[json!("context")], "Field required", &body)])),
     };
     let schema = body.get("schema").cloned().unwrap_or(Value::Null);
+    drop(body);
     // Validated and tokenized here, off the model thread, and held to the row limits like
     // `/v1/systemone` (an empty schema runs no row).
     let planner = state.clone();
@@ -441,16 +347,16 @@ async fn decide(State(state): State<Arc<AppState>>, JsonBody(body): JsonBody) ->
         .map_err(internal)?
         .map_err(|e| state.refused(&state.stats.errors, unprocessable(e)))?;
     if plan.row_tokens() == 0 {
-        return Ok(axum::Json(Map::new()));
+        return Ok(Map::new());
     }
     state.check_size(&[plan.row_tokens()])?;
-    let _admission = Admission::new(&state, 1)?;
-    let (reply, answer) = oneshot::channel();
+    let admission = state.admit(1)?;
     let questions = plan.questions();
-    state.jobs.send(Job::Decide(plan, reply)).map_err(|_| internal("the model thread has stopped"))?;
+    let (reply, answer) = oneshot::channel();
+    state.enqueue(Work::Decide(plan, reply), admission)?;
     let answers = answer.await.map_err(|_| state.refused(&state.stats.errors, model_failed()))?;
-    state.stats.answered(questions, 1);
-    Ok(axum::Json(answers))
+    state.stats.answered(questions);
+    Ok(answers)
 }
 
 /// `device` as the reference's `/health` spells it (`str(torch.device)`): `"cpu"` for a CPU
@@ -485,38 +391,9 @@ async fn health(State(state): State<Arc<AppState>>) -> axum::Json<Value> {
     }))
 }
 
-/// `GET /stats`: the reference's counters and limits. This server has no CUDA graphs, engine
-/// statistics, length buckets or schema cache, so `engine` and `schema_cache` are null,
-/// `graphs` is 0 and `bucket_hist` is empty.
-async fn stats(State(state): State<Arc<AppState>>) -> axum::Json<Value> {
-    let s = &state.stats;
-    let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-    let batch_hist: Map<String, Value> =
-        s.batch_hist.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(rows, n)| (rows.to_string(), json!(n))).collect();
-    let limits = &state.limits;
-    axum::Json(json!({
-        "requests": get(&s.requests),
-        "batches": get(&s.batches),
-        "decisions": get(&s.decisions),
-        "rows": get(&s.rows),
-        "shared_prefix_requests": get(&s.shared_prefix_requests),
-        "errors": get(&s.errors),
-        "rejected_too_large": get(&s.rejected_too_large),
-        "rejected_overloaded": get(&s.rejected_overloaded),
-        "batch_hist": batch_hist,
-        "bucket_hist": {},
-        "outstanding_rows": state.queued_rows.load(Ordering::SeqCst),
-        "engine": null,
-        "graphs": 0,
-        "sealed": true,
-        "schema_cache": null,
-        "limits": {
-            "max_rows": limits.max_rows,
-            "max_row_tokens": limits.max_row_tokens,
-            "max_request_tokens": limits.max_request_tokens,
-            "max_queue_rows": limits.max_queue_rows,
-        },
-    }))
+/// `GET /stats`: the reference's counters and limits.
+async fn stats_report(State(state): State<Arc<AppState>>) -> axum::Json<Value> {
+    axum::Json(state.stats.report(state.backlog.rows(), &state.limits))
 }
 
 async fn models(State(state): State<Arc<AppState>>) -> axum::Json<Value> {

@@ -48,6 +48,9 @@ fn read(response: Result<ureq::Response, ureq::Error>) -> (u16, Value) {
         Err(e) => panic!("transport error: {e}"),
     };
     let status = response.status();
+    if status == 503 {
+        assert_eq!(response.header("retry-after"), Some("1"), "a 503 says when to retry");
+    }
     let text = response.into_string().expect("body");
     (status, serde_json::from_str(&text).unwrap_or_else(|_| panic!("non-JSON body ({status}): {text}")))
 }
@@ -240,7 +243,7 @@ fn unknown_routes_and_methods_get_fastapi_json_bodies() {
 
 #[test]
 fn size_limits_give_413_and_a_long_state_is_truncated() {
-    let server = Server::start(&["--max-state-tokens", "64", "--max-row-tokens", "120", "--max-rows", "20", "--max-body-bytes", "100000"]);
+    let server = Server::start(&["--max-state-tokens", "64", "--max-row-tokens", "120", "--max-rows", "20", "--max-body-bytes", "100000", "--max-queue-rows", "12"]);
     let long_state = "word ".repeat(2000);
     let question = json!({"q": {"type": "noul", "instructions": "Is it long?"}});
     let (status, response) = server.post("/v1/systemone", &json!({"state": long_state, "questions": question}).to_string());
@@ -257,6 +260,12 @@ fn size_limits_give_413_and_a_long_state_is_truncated() {
     let (status, response) = server.post("/v1/systemone", &json!({"state": "s", "questions": many}).to_string());
     assert_eq!(status, 413, "30 isolated level rows > 20: {response}");
     assert!(response["detail"].as_str().unwrap().starts_with("too many questions: the request expands to 30 scoring rows"));
+
+    // A request the queue could never hold is too large, not a reason to retry (503).
+    let fifteen: serde_json::Map<String, Value> = (0..15).map(|i| (format!("q{i}"), json!({"type": "noul", "instructions": "Yes?"}))).collect();
+    let (status, response) = server.post("/v1/systemone", &json!({"state": "s", "questions": fifteen}).to_string());
+    assert_eq!(status, 413, "15 rows, a queue of 12: {response}");
+    assert_eq!(response["detail"], "too many questions: the request expands to 15 scoring rows, more than the queue holds (12, DECIDER_MAX_QUEUE_ROWS)");
 
     // `/decide` is held to the same row limit.
     let schema = json!({"Why?": {"type": "choice", "options": (0..40).map(|i| format!("reason number {i}")).collect::<Vec<_>>()}});
@@ -342,6 +351,100 @@ fn a_body_over_the_limit_gets_a_413_the_client_can_read() {
     assert!(response.starts_with("HTTP/1.1 413"), "{response}");
     // The server lives on.
     assert_eq!(server.get("/health").0, 200);
+}
+
+#[test]
+fn clients_that_leave_free_their_place_and_their_work_is_dropped() {
+    // Each request's state takes the demo model a while; the clients send it, wait until their
+    // requests are queued, and hang up. Their queued work must not run: the model is free for
+    // the next client at once.
+    const LEAVERS: u64 = 16;
+    let server = Server::start(&["--max-queue-rows", "64"]);
+    let body = json!({"state": "word ".repeat(3000), "questions": {"q": {"type": "noul", "instructions": "Long?"}}}).to_string();
+    let request = format!("POST /v1/systemone HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}", body.len());
+    let clients: Vec<_> = (0..LEAVERS)
+        .map(|_| {
+            use std::io::Write;
+            let mut stream = std::net::TcpStream::connect(server.base.trim_start_matches("http://")).expect("connect");
+            stream.write_all(request.as_bytes()).unwrap();
+            stream
+        })
+        .collect();
+    wait_for_stats(&server, |s| s["outstanding_rows"].as_u64() >= Some(LEAVERS / 2));
+    drop(clients);
+    let stats = wait_for_stats(&server, |s| {
+        s["abandoned"].as_u64().unwrap() + s["requests"].as_u64().unwrap() == LEAVERS && s["outstanding_rows"].as_u64() == Some(0)
+    });
+    assert!(stats["rows"].as_u64().unwrap() <= 2, "at most the request running when its client left was scored: {stats}");
+    let (status, response) = server.post("/v1/systemone", &json!({"state": "s", "questions": {"q": {"type": "noul", "instructions": "Up?"}}}).to_string());
+    assert_eq!(status, 200, "{response}");
+}
+
+/// `/stats` once `done` holds of it; panics after a minute.
+fn wait_for_stats(server: &Server, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (_, stats) = server.get("/stats");
+        if done(&stats) {
+            return stats;
+        }
+        assert!(std::time::Instant::now() < deadline, "/stats never reached the expected state: {stats}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn idle_and_slow_clients_are_closed_in_time_and_do_not_starve_others() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    let server = Server::start(&["--header-timeout", "2", "--body-timeout", "2"]);
+    let address = server.base.trim_start_matches("http://").to_string();
+    // 300 connections that never say anything.
+    let idle: Vec<_> = (0..300).map(|_| std::net::TcpStream::connect(&address).expect("connect")).collect();
+    // One that sends headers promising a body, then a tenth of it.
+    let mut slow = std::net::TcpStream::connect(&address).unwrap();
+    slow.write_all(b"POST /v1/systemone HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{\"state\": ").unwrap();
+    // Others are answered meanwhile.
+    let (status, _) = server.post("/v1/systemone", &json!({"state": "s", "questions": {"q": {"type": "noul", "instructions": "Up?"}}}).to_string());
+    assert_eq!(status, 200);
+    // The slow body gets a 408 once its time is up.
+    slow.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let start = Instant::now();
+    let mut answer = String::new();
+    let _ = slow.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("request body timeout: the body did not arrive within 2 s"), "{answer}");
+    assert!(start.elapsed() < Duration::from_secs(10), "the 408 came after {:?}", start.elapsed());
+    // The idle connections are closed by the header timeout.
+    for mut stream in idle {
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let read = stream.read(&mut [0u8; 1]);
+        let timed_out = read.as_ref().is_err_and(|e| matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut));
+        assert!(!timed_out && !matches!(read, Ok(n) if n > 0), "an idle connection is still open: {read:?}");
+    }
+    assert!(start.elapsed() < Duration::from_secs(15), "idle connections closed after {:?}", start.elapsed());
+}
+
+#[cfg(unix)]
+#[test]
+fn sigterm_finishes_in_bounded_time_while_a_client_holds_half_a_request() {
+    use std::io::Write;
+    use std::time::{Duration, Instant};
+    let mut server = Server::start(&["--body-timeout", "600", "--shutdown-timeout", "2"]);
+    let mut half = std::net::TcpStream::connect(server.base.trim_start_matches("http://")).unwrap();
+    half.write_all(b"POST /v1/systemone HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{").unwrap();
+    assert_eq!(server.get("/health").0, 200);
+    let start = Instant::now();
+    assert!(Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().unwrap().success());
+    let exit = loop {
+        if let Some(exit) = server.child.try_wait().unwrap() {
+            break exit;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "still running {:?} after SIGTERM", start.elapsed());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(exit.success(), "exit status {exit}");
+    drop(half);
 }
 
 /// Writes `request` on a fresh connection and returns what the server answers.

@@ -6,6 +6,8 @@
 //! a broken pipe, and the 413 is never read. So the rest of an oversized body is read and
 //! dropped (bounded in bytes and time, as nginx's lingering close) before the 413 goes out.
 //! A client that asked `Expect: 100-continue` has not sent the body yet: it gets the 413 at once.
+//! A body that has not all arrived within `--body-timeout` is a 408, so a slow client holds a
+//! connection (and the shutdown) for a bounded time.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +33,13 @@ impl FromRequest<Arc<AppState>> for JsonBody {
 
     async fn from_request(request: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
         let (parts, body) = request.into_parts();
-        let bytes = read_limited(&parts.headers, body, state.limits.max_body_bytes).await?;
+        let limits = &state.limits;
+        let bytes = tokio::time::timeout(limits.body_timeout, read_limited(&parts.headers, body, limits.max_body_bytes))
+            .await
+            .map_err(|_| {
+                let seconds = limits.body_timeout.as_secs();
+                ApiError::new(StatusCode::REQUEST_TIMEOUT, format!("request body timeout: the body did not arrive within {seconds} s (--body-timeout, DECIDER_BODY_TIMEOUT)"))
+            })??;
         parse_json(&bytes).map(JsonBody)
     }
 }
