@@ -130,3 +130,103 @@ fn untied_model_without_lm_head_names_it() {
     rewrite(dir.path(), |name, d, s, b| (name != "lm_head.weight").then_some((d, s, b)));
     assert_eq!(load_error(dir.path()), "missing tensor `lm_head.weight` in the checkpoint");
 }
+
+#[test]
+fn non_finite_weights_name_the_tensor() {
+    let dir = dense_copy();
+    rewrite(dir.path(), |name, d, s, mut b| {
+        if name == A_LOG {
+            assert_eq!((d, &s[..]), (Dtype::BF16, &[2][..]), "the fixture stores A_log as 2 bf16 values");
+            b[2..4].copy_from_slice(&half::bf16::NAN.to_le_bytes());
+        }
+        Some((d, s, b))
+    });
+    assert_eq!(load_error(dir.path()), format!("tensor `{A_LOG}` has 1 NaN or infinite values (the first at flat index 1): the checkpoint is broken"));
+}
+
+/// A copy of `moe/hf_layout`: an index and two shards.
+fn sharded_copy() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let source = fixture_path("moe/hf_layout");
+    for entry in std::fs::read_dir(&source).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn a_tensor_stored_in_two_shards_is_refused() {
+    let dir = sharded_copy();
+    let (first, second) = (dir.path().join("model-00001-of-00002.safetensors"), dir.path().join("model-00002-of-00002.safetensors"));
+    let first_bytes = std::fs::read(&first).unwrap();
+    let first_tensors = SafeTensors::deserialize(&first_bytes).unwrap();
+    let (stolen, stolen_view) = first_tensors.tensors().into_iter().next().unwrap();
+    let second_bytes = std::fs::read(&second).unwrap();
+    let mut tensors = SafeTensors::deserialize(&second_bytes).unwrap().tensors();
+    tensors.push((stolen.clone(), stolen_view));
+    safetensors::serialize_to_file(tensors, None, &second).unwrap();
+    let message = load_error(dir.path());
+    assert_eq!(message, format!("tensor `{stolen}` is stored twice: in {} and in {}", first.display(), second.display()));
+}
+
+#[test]
+fn a_tensor_named_twice_in_one_header_is_refused() {
+    // serde keeps the last of duplicate JSON keys, so safetensors alone would accept this file.
+    let dir = dense_copy();
+    let path = dir.path().join("model.safetensors");
+    let bytes = std::fs::read(&path).unwrap();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&bytes[8..8 + header_len]).unwrap();
+    let entry = format!("{}:{},", serde_json::json!(A_LOG), header[A_LOG]);
+    let text = std::str::from_utf8(&bytes[8..8 + header_len]).unwrap();
+    let doubled = format!("{{{entry}{}", &text[1..]);
+    let mut rewritten = (doubled.len() as u64).to_le_bytes().to_vec();
+    rewritten.extend_from_slice(doubled.as_bytes());
+    rewritten.extend_from_slice(&bytes[8 + header_len..]);
+    std::fs::write(&path, rewritten).unwrap();
+    assert_eq!(load_error(dir.path()), format!("tensor `{A_LOG}` is stored twice: in {}", path.display()));
+}
+
+#[test]
+fn a_shard_outside_the_folder_is_refused() {
+    let dir = sharded_copy();
+    let index_path = dir.path().join("model.safetensors.index.json");
+    for outside in ["../model-00001-of-00002.safetensors", "/etc/passwd"] {
+        let mut index: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture_path("moe/hf_layout/model.safetensors.index.json")).unwrap()).unwrap();
+        let map = index["weight_map"].as_object_mut().unwrap();
+        let first = map.keys().next().unwrap().clone();
+        map.insert(first, outside.into());
+        std::fs::write(&index_path, index.to_string()).unwrap();
+        let message = load_error(dir.path());
+        assert_eq!(
+            message,
+            format!("invalid shard index {}: shard `{outside}` is outside the model folder (a shard is a relative path without `..`)", index_path.display())
+        );
+    }
+}
+
+#[test]
+fn absurd_config_values_name_the_field_before_any_allocation() {
+    // Each of these once ended in a multi-terabyte allocation that aborted the process.
+    let cases: [(&str, u64, &str); 6] = [
+        ("num_hidden_layers", 1_000_000_000_000, "1024"),
+        ("intermediate_size", 1_000_000_000, "1048576"),
+        ("hidden_size", 1_000_000_000, "65536"),
+        ("vocab_size", 1_000_000_000_000, "4194304"),
+        ("head_dim", 1_000_000_000, "4096"),
+        ("linear_conv_kernel_dim", 1_000_000_000, "64"),
+    ];
+    for (field, value, bound) in cases {
+        let dir = dense_copy();
+        let path = dir.path().join("config.json");
+        let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        config[field] = value.into();
+        if field == "num_hidden_layers" {
+            // Without `layer_types`, the layer list would be built from the count.
+            config.as_object_mut().unwrap().remove("layer_types");
+        }
+        std::fs::write(&path, config.to_string()).unwrap();
+        assert_eq!(load_error(dir.path()), format!("config field `{field}`: {value} is larger than this loader allows ({bound})"));
+    }
+}

@@ -45,6 +45,12 @@ impl GenericTask for &ForwardArgs {
         let start = Instant::now();
         let logits = model.forward(ids).into_data().convert::<f32>();
         let forward_time = start.elapsed();
+        let values = logits.as_slice::<f32>().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        if let Some(first) = values.iter().position(|x| !x.is_finite()) {
+            let count = values.iter().filter(|x| !x.is_finite()).count();
+            let vocab = config.vocab_size;
+            bail!("{count} of {} logits are NaN or infinite (the first at token {}, column {}): the weights or the backend are broken; nothing written", values.len(), first / vocab, first % vocab);
+        }
 
         let file = std::fs::File::create(&self.out).with_context(|| format!("creating {}", self.out.display()))?;
         let mut writer = npyz::WriteOptions::new()
@@ -52,7 +58,7 @@ impl GenericTask for &ForwardArgs {
             .shape(&[len as u64, config.vocab_size as u64])
             .writer(BufWriter::new(file))
             .begin_nd()?;
-        writer.extend(logits.as_slice::<f32>().map_err(|e| anyhow::anyhow!("{e:?}"))?.iter().copied())?;
+        writer.extend(values.iter().copied())?;
         writer.finish().with_context(|| format!("writing {}", self.out.display()))?;
 
         println!(

@@ -354,7 +354,8 @@ async fn answer_decide(state: &Arc<AppState>, body: Value) -> Result<Map<String,
     let questions = plan.questions();
     let (reply, answer) = oneshot::channel();
     state.enqueue(Work::Decide(plan, reply), admission)?;
-    let answers = answer.await.map_err(|_| state.refused(&state.stats.errors, model_failed()))?;
+    let answers = answer.await.map_err(|_| model_failed()).and_then(|r| r.map_err(internal));
+    let answers = answers.map_err(|e| state.refused(&state.stats.errors, e))?;
     state.stats.answered(questions);
     Ok(answers)
 }

@@ -142,14 +142,14 @@ impl Prompter {
 impl<B: Qwen35Ops> Decider<B> {
     /// Answers the `/decide` form; an empty schema answers `{}` without running the model.
     pub fn decide_json(&self, context: &str, schema: Option<&Value>) -> Result<Map<String, Value>, DeciderError> {
-        Ok(self.answer_decide(&self.prompter().plan_decide(context, schema)?))
+        self.answer_decide(&self.prompter().plan_decide(context, schema)?)
     }
 
     /// Answers a planned `/decide` form.
-    pub fn answer_decide(&self, plan: &DecidePlan) -> Map<String, Value> {
-        let Some(row) = &plan.row else { return Map::new() };
-        let probabilities = self.slot_probabilities(std::slice::from_ref(row));
-        plan.fields
+    pub fn answer_decide(&self, plan: &DecidePlan) -> Result<Map<String, Value>, DeciderError> {
+        let Some(row) = &plan.row else { return Ok(Map::new()) };
+        let probabilities = self.slot_probabilities(std::slice::from_ref(row))?;
+        Ok(plan.fields
             .iter()
             .zip(probabilities)
             .map(|((question, field), p)| {
@@ -179,6 +179,6 @@ impl<B: Qwen35Ops> Decider<B> {
                 }
                 (question.clone(), Value::Object(answer))
             })
-            .collect()
+            .collect())
     }
 }

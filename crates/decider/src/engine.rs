@@ -240,7 +240,7 @@ impl<B: Qwen35Ops> Decider<B> {
 
     /// Answers planned rows (the server plans first, to check limits before queueing).
     pub fn answer_plan(&self, plan: &Plan) -> Result<SystemOneResponse, DeciderError> {
-        let probabilities = self.slot_probabilities(&plan.rows);
+        let probabilities = self.slot_probabilities(&plan.rows)?;
         Ok(SystemOneResponse {
             model: self.name().to_string(),
             answers: assemble(&plan.questions, &probabilities),
@@ -248,16 +248,19 @@ impl<B: Qwen35Ops> Decider<B> {
         })
     }
 
-    /// The option probabilities of every slot of `rows`, in row order, as f64 (from f32).
-    pub fn slot_probabilities(&self, rows: &[Row]) -> Vec<Vec<f64>> {
+    /// The option probabilities of every slot of `rows`, in row order, as f64 (from f32); an
+    /// error if any slot's logits are not finite.
+    pub fn slot_probabilities(&self, rows: &[Row]) -> Result<Vec<Vec<f64>>, DeciderError> {
         let temperatures = self.prompter.slot_temperatures(rows);
         let nopts = rows.iter().flat_map(|r| r.nopts.iter().copied());
-        self.slot_logits(rows)
-            .iter()
-            .zip(nopts)
-            .zip(temperatures)
-            .map(|((logits, n), t)| probabilities(logits, n, t).into_iter().map(f64::from).collect())
-            .collect()
+        let logits = self.slot_logits(rows);
+        if let Some(slot) = logits.iter().position(|l| l.iter().any(|x| !x.is_finite())) {
+            return Err(DeciderError::NonFinite(format!(
+                "the model's label logits at answer slot {slot} (of {}) are NaN or infinite: its weights or backend are broken, so nothing was answered",
+                logits.len()
+            )));
+        }
+        Ok(logits.iter().zip(nopts).zip(temperatures).map(|((logits, n), t)| probabilities(logits, n, t).into_iter().map(f64::from).collect()).collect())
     }
 
     /// `Decider.decide(context, questions)`: choice questions packed into one row after the
@@ -268,7 +271,7 @@ impl<B: Qwen35Ops> Decider<B> {
             return Ok(vec![]);
         }
         let rows = [self.prompter.decide_row(context, questions)?];
-        let probabilities = self.slot_probabilities(&rows);
+        let probabilities = self.slot_probabilities(&rows)?;
         Ok(questions
             .iter()
             .zip(probabilities)

@@ -22,6 +22,10 @@ pub enum DeciderError {
     Load(#[from] qwen35::LoadError),
     #[error("{0}")]
     Model(String),
+    /// The model's logits at an answer slot are NaN or infinite (broken weights or backend):
+    /// nothing is answered rather than probabilities of NaN.
+    #[error("{0}")]
+    NonFinite(String),
 }
 
 impl DeciderError {

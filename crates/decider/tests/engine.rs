@@ -35,8 +35,8 @@ fn shared_prefix_gives_the_answers_of_separate_rows() {
     let request = SystemOneRequest::new(state(), questions());
     let plan = shared.prompter().plan(&request).unwrap();
     assert_eq!(plan.rows.len(), 3 + 4 + 1, "one row per question, one per isolated Score level");
-    let a = shared.slot_probabilities(&plan.rows);
-    let b = separate.slot_probabilities(&plan.rows);
+    let a = shared.slot_probabilities(&plan.rows).unwrap();
+    let b = separate.slot_probabilities(&plan.rows).unwrap();
     let worst = a.iter().flatten().zip(b.iter().flatten()).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
     assert!(worst < 1e-5, "shared-prefix and separate rows differ by {worst}");
     assert_eq!(shared.answer(&request).unwrap(), separate.answer(&request).unwrap());
@@ -136,4 +136,33 @@ fn label_logits_equal_the_full_output_head_at_the_label_columns() {
             assert!((ours[0][j] - full).abs() <= 1e-5 * full.abs().max(1.0), "{name}: label {j}: {} vs {full}", ours[0][j]);
         }
     }
+}
+
+#[test]
+fn non_finite_logits_are_an_error_not_an_answer() {
+    // One NaN in the final norm makes every logit NaN: the request fails, naming the cause,
+    // instead of answering probabilities of NaN (`null` on the wire).
+    use burn::module::Param;
+    use burn::tensor::Tensor;
+    let device = Default::default();
+    let mut model = decider::demo::demo_model::<B>(&device);
+    let [width] = model.norm.weight.dims();
+    model.norm.weight = Param::from_tensor(Tensor::full([width], f32::NAN, &device));
+    let decider = Decider::new(model, decider::Prompter::demo(), &device, "nan".into()).unwrap();
+    let error = decider.system_one(state(), questions()).expect_err("NaN logits are an error");
+    assert!(matches!(error, decider::DeciderError::NonFinite(_)), "{error}");
+    assert!(error.to_string().contains("are NaN or infinite"), "{error}");
+    let error = decider.decide_json("context", Some(&json!({"Q?": {"type": "bool"}}))).expect_err("and on /decide");
+    assert!(error.to_string().contains("are NaN or infinite"), "{error}");
+}
+
+#[test]
+fn a_tiny_temperature_answers_one_hot_not_null() {
+    let decider = Decider::<B>::demo(&Default::default()).with_temperature(1e-300).unwrap();
+    let response = decider.system_one(state(), questions()).unwrap();
+    let wire = serde_json::to_value(&response).unwrap();
+    let team = wire["answers"]["team"]["probabilities"].as_object().unwrap();
+    let mut values: Vec<f64> = team.values().map(|p| p.as_f64().expect("a number, not null")).collect();
+    values.sort_by(f64::total_cmp);
+    assert_eq!(values, [0.0, 0.0, 1.0], "{wire}");
 }

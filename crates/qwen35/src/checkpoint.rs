@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use half::{bf16, f16};
 use memmap2::Mmap;
@@ -60,6 +60,13 @@ impl Checkpoint {
             .map_err(|e| LoadError::Index { path: index_path.to_path_buf(), reason: e.to_string() })?;
         let dir = index_path.parent().unwrap_or(Path::new("."));
         let files: BTreeSet<&String> = index.weight_map.values().collect();
+        // Shards are files of the folder (or of its subfolders): no absolute path, no `..`.
+        if let Some(outside) = files.iter().find(|file| !Path::new(file).components().all(|c| matches!(c, Component::Normal(_)))) {
+            return Err(LoadError::Index {
+                path: index_path.to_path_buf(),
+                reason: format!("shard `{outside}` is outside the model folder (a shard is a relative path without `..`)"),
+            });
+        }
         let paths: Vec<PathBuf> = files.iter().map(|file| dir.join(file)).collect();
         let checkpoint = Self::open_files(&paths)?;
         for (name, file) in &index.weight_map {
@@ -86,10 +93,18 @@ impl Checkpoint {
             // SAFETY: the map is read-only; as with every mmap-based loader, the file must not be
             // truncated or rewritten by another process while the checkpoint is open.
             let map = unsafe { Mmap::map(&file) }.map_err(|cause| LoadError::Io { path: path.clone(), cause })?;
+            if let Some(name) = header(&map).and_then(duplicate_key) {
+                return Err(LoadError::DuplicateTensor { name, places: format!("in {}", path.display()) });
+            }
             let (header_len, metadata) = SafeTensors::read_metadata(&map)
                 .map_err(|e| LoadError::Corrupt { path: path.clone(), reason: e.to_string() })?;
             let shard = shards.len();
             for (name, info) in metadata.tensors() {
+                if let Some((first, _)) = tensors.get(&name) {
+                    let first: &Shard = &shards[*first];
+                    let places = format!("in {} and in {}", first.path.display(), path.display());
+                    return Err(LoadError::DuplicateTensor { name, places });
+                }
                 tensors.insert(name, (shard, info.clone()));
             }
             shards.push(Shard { path: path.clone(), map, data_start: 8 + header_len });
@@ -146,6 +161,56 @@ impl Checkpoint {
                 *value = convert(b);
             }
         });
+        // A NaN weight would make every answer NaN; it is refused here, naming the tensor.
+        if let Some(first) = values.par_iter().position_first(|v| !v.is_finite()) {
+            let count = values.par_iter().filter(|v| !v.is_finite()).count();
+            return Err(LoadError::NonFinite { name: name.to_owned(), count, first });
+        }
         Ok(values)
+    }
+}
+
+/// The JSON header of a safetensors file: its first 8 bytes give its length (little-endian).
+fn header(file: &[u8]) -> Option<&[u8]> {
+    let len = usize::try_from(u64::from_le_bytes(file.get(..8)?.try_into().ok()?)).ok()?;
+    file.get(8..8usize.checked_add(len)?)
+}
+
+/// The first key that appears twice in a safetensors JSON header. `read_metadata` keeps the
+/// last of duplicate keys and drops the other silently.
+fn duplicate_key(header: &[u8]) -> Option<String> {
+    struct Keys(Option<String>);
+    impl<'de> Deserialize<'de> for Keys {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct Visitor;
+            impl<'de> serde::de::Visitor<'de> for Visitor {
+                type Value = Keys;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a safetensors header object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Keys, A::Error> {
+                    let (mut seen, mut duplicate) = (std::collections::HashSet::new(), None);
+                    while let Some(key) = map.next_key::<String>()? {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                        if duplicate.is_none() && !seen.insert(key.clone()) {
+                            duplicate = Some(key);
+                        }
+                    }
+                    Ok(Keys(duplicate))
+                }
+            }
+            deserializer.deserialize_map(Visitor)
+        }
+    }
+    serde_json::from_slice::<Keys>(header).ok().and_then(|keys| keys.0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn duplicate_keys_are_found() {
+        assert_eq!(super::duplicate_key(br#"{"a": {"x": 1}, "b": 2, "a": [3]}"#).as_deref(), Some("a"));
+        assert_eq!(super::duplicate_key(br#"{"a": 1, "b": 2, "b": 3, "a": 4, "c": 5}"#).as_deref(), Some("b"));
+        assert_eq!(super::duplicate_key(br#"{"a": {"a": 1}, "b": 2}  "#), None);
     }
 }

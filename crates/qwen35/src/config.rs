@@ -174,23 +174,21 @@ impl Qwen35Config {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
-        let positive = [
-            ("vocab_size", self.vocab_size),
-            ("hidden_size", self.hidden_size),
-            ("num_hidden_layers", self.num_hidden_layers),
-            ("num_attention_heads", self.num_attention_heads),
-            ("num_key_value_heads", self.num_key_value_heads),
-            ("head_dim", self.head_dim),
-            ("linear_conv_kernel_dim", self.linear_conv_kernel_dim),
-            ("linear_key_head_dim", self.linear_key_head_dim),
-            ("linear_value_head_dim", self.linear_value_head_dim),
-            ("linear_num_key_heads", self.linear_num_key_heads),
-            ("linear_num_value_heads", self.linear_num_value_heads),
+        let sizes = [
+            ("vocab_size", self.vocab_size, MAX_VOCAB),
+            ("hidden_size", self.hidden_size, MAX_WIDTH),
+            ("num_hidden_layers", self.num_hidden_layers, MAX_LAYERS),
+            ("num_attention_heads", self.num_attention_heads, MAX_HEADS),
+            ("num_key_value_heads", self.num_key_value_heads, MAX_HEADS),
+            ("head_dim", self.head_dim, MAX_HEAD_DIM),
+            ("linear_conv_kernel_dim", self.linear_conv_kernel_dim, MAX_CONV_KERNEL),
+            ("linear_key_head_dim", self.linear_key_head_dim, MAX_HEAD_DIM),
+            ("linear_value_head_dim", self.linear_value_head_dim, MAX_HEAD_DIM),
+            ("linear_num_key_heads", self.linear_num_key_heads, MAX_HEADS),
+            ("linear_num_value_heads", self.linear_num_value_heads, MAX_HEADS),
         ];
-        for (field, value) in positive {
-            if value == 0 {
-                return Err(ConfigError::Field { field_path: field.into(), message: "must be positive".into() });
-            }
+        for (field, value, max) in sizes {
+            check_size(field, value, max)?;
         }
         if self.num_attention_heads % self.num_key_value_heads != 0 {
             return Err(ConfigError::Field {
@@ -238,15 +236,13 @@ impl Qwen35Config {
         }
         match &self.feed_forward {
             FeedForwardType::Moe(moe) => {
-                for (field, value) in [
-                    ("num_experts", moe.num_experts),
-                    ("num_experts_per_tok", moe.num_experts_per_tok),
-                    ("moe_intermediate_size", moe.moe_intermediate_size),
-                    ("shared_expert_intermediate_size", moe.shared_expert_intermediate_size),
+                for (field, value, max) in [
+                    ("num_experts", moe.num_experts, MAX_EXPERTS),
+                    ("num_experts_per_tok", moe.num_experts_per_tok, MAX_EXPERTS),
+                    ("moe_intermediate_size", moe.moe_intermediate_size, MAX_FFN_WIDTH),
+                    ("shared_expert_intermediate_size", moe.shared_expert_intermediate_size, MAX_FFN_WIDTH),
                 ] {
-                    if value == 0 {
-                        return Err(ConfigError::Field { field_path: field.into(), message: "must be positive".into() });
-                    }
+                    check_size(field, value, max)?;
                 }
                 if moe.num_experts_per_tok > moe.num_experts {
                     return Err(ConfigError::Field {
@@ -255,18 +251,41 @@ impl Qwen35Config {
                     });
                 }
             }
-            FeedForwardType::Dense { intermediate_size: 0 } => {
-                return Err(ConfigError::Field { field_path: "intermediate_size".into(), message: "must be positive".into() });
-            }
-            FeedForwardType::Dense { .. } => {}
+            FeedForwardType::Dense { intermediate_size } => check_size("intermediate_size", *intermediate_size, MAX_FFN_WIDTH)?,
         }
         Ok(())
     }
 }
 
+// Upper bounds of the size fields: 16x or more the Qwen3.5 defaults (hidden width 4,096, 40
+// layers, 256 experts, a 248,320-token vocabulary; docs/architecture.md), low enough that a
+// typo or a hostile `config.json` fails here, naming the field, not in a terabyte allocation.
+const MAX_VOCAB: usize = 1 << 22;
+const MAX_WIDTH: usize = 1 << 16;
+const MAX_LAYERS: usize = 1 << 10;
+const MAX_HEADS: usize = 1 << 10;
+const MAX_HEAD_DIM: usize = 1 << 12;
+const MAX_CONV_KERNEL: usize = 1 << 6;
+const MAX_FFN_WIDTH: usize = 1 << 20;
+const MAX_EXPERTS: usize = 1 << 14;
+
+/// `value` of `field` is in `1..=max`.
+fn check_size(field: &str, value: usize, max: usize) -> Result<(), ConfigError> {
+    let message = if value == 0 {
+        "must be positive".to_string()
+    } else if value > max {
+        format!("{value} is larger than this loader allows ({max})")
+    } else {
+        return Ok(());
+    };
+    Err(ConfigError::Field { field_path: field.into(), message })
+}
+
 impl RawTextConfig {
     fn resolve(self, is_moe: bool, composite_tie: Option<bool>) -> Result<Qwen35Config, ConfigError> {
         let num_hidden_layers = self.num_hidden_layers.unwrap_or(if is_moe { 40 } else { 32 });
+        // Bounded before `layer_types` is built from it.
+        check_size("num_hidden_layers", num_hidden_layers, MAX_LAYERS)?;
         let layer_types = match self.layer_types {
             Some(types) => types,
             None => {

@@ -34,4 +34,9 @@ pub enum LoadError {
     ShapeMismatch { name: String, expected: Vec<usize>, found: Vec<usize> },
     #[error("tensor `{name}` has dtype {dtype}, which is not supported (use F32, BF16 or F16)")]
     UnsupportedDtype { name: String, dtype: String },
+    #[error("tensor `{name}` has {count} NaN or infinite values (the first at flat index {first}): the checkpoint is broken")]
+    NonFinite { name: String, count: usize, first: usize },
+    /// `places`: "in FILE" or "in FILE and in FILE".
+    #[error("tensor `{name}` is stored twice: {places}")]
+    DuplicateTensor { name: String, places: String },
 }

@@ -49,7 +49,7 @@ impl Drop for Admission {
 /// What the model thread runs, and where the answer goes.
 pub(super) enum Work {
     SystemOne(Plan, oneshot::Sender<Result<SystemOneResponse, DeciderError>>),
-    Decide(DecidePlan, oneshot::Sender<Map<String, Value>>),
+    Decide(DecidePlan, oneshot::Sender<Result<Map<String, Value>, DeciderError>>),
 }
 
 impl Work {
