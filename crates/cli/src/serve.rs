@@ -28,11 +28,13 @@ use crate::model_source::{ModelSource, WeightsArg};
 mod body;
 mod limits;
 mod listener;
+mod memory;
 mod queue;
 mod request;
 mod stats;
 use body::JsonBody;
 use limits::Limits;
+use memory::Reservation;
 use queue::{Backlog, Job, Work};
 use request::{field_error, invalid_fields, systemone_request};
 use stats::Stats;
@@ -70,6 +72,10 @@ pub struct ServeArgs {
     /// Largest request body in bytes (413 above).
     #[arg(long, env = "DECIDER_MAX_BODY_BYTES", default_value_t = 64 << 20)]
     pub max_body_bytes: usize,
+    /// MiB that requests in flight may hold: bodies as they arrive and the JSON they parse to
+    /// (413 for a request that could never fit, 503 while others hold it).
+    #[arg(long, env = "DECIDER_MAX_MEMORY", default_value_t = 4096)]
+    pub max_memory: usize,
     /// Seconds a connection may wait for a request's headers, idle keep-alive included; then it is closed.
     #[arg(long, env = "DECIDER_HEADER_TIMEOUT", default_value_t = 30)]
     pub header_timeout: u64,
@@ -85,6 +91,7 @@ struct AppState {
     prompter: Prompter,
     jobs: mpsc::Sender<Job>,
     backlog: Backlog,
+    memory: memory::MemoryBudget,
     limits: Limits,
     source: String,
     device: String,
@@ -92,6 +99,7 @@ struct AppState {
 }
 
 /// An HTTP error with the reference's `{"detail": ...}` body.
+#[derive(Debug)]
 struct ApiError(StatusCode, Value);
 
 impl ApiError {
@@ -125,6 +133,7 @@ impl ServeArgs {
             max_request_tokens: 1 << 20,
             max_queue_rows: 4096,
             max_body_bytes: 64 << 20,
+            max_memory: 4096,
             header_timeout: 30,
             body_timeout: 60,
             shutdown_timeout: 30,
@@ -183,7 +192,7 @@ pub fn serve<B: Qwen35Ops>(
         body_timeout: Duration::from_secs(args.body_timeout),
     };
     let timeouts = listener::Timeouts { header: Duration::from_secs(args.header_timeout), shutdown: Duration::from_secs(args.shutdown_timeout) };
-    let state = Arc::new(AppState { prompter, jobs, backlog: Backlog::default(), limits, source, device, stats });
+    let state = Arc::new(AppState { prompter, jobs, backlog: Backlog::default(), memory: memory::MemoryBudget::new(args.max_memory.saturating_mul(1 << 20)), limits, source, device, stats });
     let app = Router::new()
         .route("/v1/systemone", post(systemone))
         .route("/decide", post(decide))
@@ -228,6 +237,16 @@ impl AppState {
         Stats::count(counter);
         eprintln!("decider: refused status={} detail={}", error.0.as_u16(), error.1);
         error
+    }
+
+    /// `error`, counted in `/stats` by its status: 413, 503 or another.
+    fn refused_by_status(&self, error: ApiError) -> ApiError {
+        let counter = match error.0 {
+            StatusCode::PAYLOAD_TOO_LARGE => &self.stats.rejected_too_large,
+            StatusCode::SERVICE_UNAVAILABLE => &self.stats.rejected_overloaded,
+            _ => &self.stats.errors,
+        };
+        self.refused(counter, error)
     }
 
     /// The 413 checks, counted in `/stats`.
@@ -293,17 +312,17 @@ fn unprocessable(e: DeciderError) -> ApiError {
 
 async fn systemone(
     State(state): State<Arc<AppState>>,
-    JsonBody(body): JsonBody,
+    JsonBody(body, reservation): JsonBody,
 ) -> Result<axum::Json<decider::SystemOneResponse>, ApiError> {
     let watch = state.watch_client();
-    let response = answer_systemone(&state, body).await;
+    let response = answer_systemone(&state, body, reservation).await;
     watch.finished();
     response.map(axum::Json)
 }
 
-async fn answer_systemone(state: &Arc<AppState>, body: Value) -> Result<decider::SystemOneResponse, ApiError> {
-    let (request, has_assets) = systemone_request(&body, state.limits.max_state_tokens)?;
-    drop(body);
+/// `reservation` holds the body's memory until the request is planned.
+async fn answer_systemone(state: &Arc<AppState>, body: Value, reservation: Reservation) -> Result<decider::SystemOneResponse, ApiError> {
+    let (request, has_assets) = systemone_request(body, state.limits.max_state_tokens)?;
     if has_assets {
         return Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "this server was started without image support (DECIDER_IMAGES=1)"));
     }
@@ -313,6 +332,7 @@ async fn answer_systemone(state: &Arc<AppState>, body: Value) -> Result<decider:
         .await
         .map_err(internal)?
         .map_err(|e| state.refused(&state.stats.errors, unprocessable(e)))?;
+    drop(reservation);
     state.check_size(&plan.rows.iter().map(|r| r.ids.len()).collect::<Vec<_>>())?;
     let admission = state.admit(plan.rows.len())?;
     let questions = plan.questions.len();
@@ -324,20 +344,22 @@ async fn answer_systemone(state: &Arc<AppState>, body: Value) -> Result<decider:
     Ok(response)
 }
 
-async fn decide(State(state): State<Arc<AppState>>, JsonBody(body): JsonBody) -> Result<axum::Json<Map<String, Value>>, ApiError> {
+async fn decide(State(state): State<Arc<AppState>>, JsonBody(body, reservation): JsonBody) -> Result<axum::Json<Map<String, Value>>, ApiError> {
     let watch = state.watch_client();
-    let answers = answer_decide(&state, body).await;
+    let answers = answer_decide(&state, body, reservation).await;
     watch.finished();
     answers.map(axum::Json)
 }
 
-async fn answer_decide(state: &Arc<AppState>, body: Value) -> Result<Map<String, Value>, ApiError> {
-    let context = match body.get("context") {
-        Some(Value::String(c)) => c.clone(),
+/// `reservation` holds the body's memory until the form is planned.
+async fn answer_decide(state: &Arc<AppState>, body: Value, reservation: Reservation) -> Result<Map<String, Value>, ApiError> {
+    let mut body = body;
+    let context = match body.get_mut("context") {
+        Some(Value::String(c)) => std::mem::take(c),
         Some(other) => return Err(invalid_fields(vec![field_error("string_type", &[json!("context")], "Input should be a valid string", other)])),
         None => return Err(invalid_fields(vec![field_error("missing", &[json!("context")], "Field required", &body)])),
     };
-    let schema = body.get("schema").cloned().unwrap_or(Value::Null);
+    let schema = body.get_mut("schema").map(Value::take).unwrap_or(Value::Null);
     drop(body);
     // Validated and tokenized here, off the model thread, and held to the row limits like
     // `/v1/systemone` (an empty schema runs no row).
@@ -346,6 +368,7 @@ async fn answer_decide(state: &Arc<AppState>, body: Value) -> Result<Map<String,
         .await
         .map_err(internal)?
         .map_err(|e| state.refused(&state.stats.errors, unprocessable(e)))?;
+    drop(reservation);
     if plan.row_tokens() == 0 {
         return Ok(Map::new());
     }
@@ -394,7 +417,7 @@ async fn health(State(state): State<Arc<AppState>>) -> axum::Json<Value> {
 
 /// `GET /stats`: the reference's counters and limits.
 async fn stats_report(State(state): State<Arc<AppState>>) -> axum::Json<Value> {
-    axum::Json(state.stats.report(state.backlog.rows(), &state.limits))
+    axum::Json(state.stats.report(state.backlog.rows(), state.memory.used(), &state.limits))
 }
 
 async fn models(State(state): State<Arc<AppState>>) -> axum::Json<Value> {

@@ -331,6 +331,47 @@ fn a_large_state_costs_memory_by_its_token_cap_not_its_size() {
     assert!(growth < GROWTH_LIMIT, "peak resident memory grew by {growth} bytes for a {} byte body", body.len());
 }
 
+#[cfg(target_os = "linux")]
+#[test]
+fn bodies_are_parsed_within_the_memory_budget() {
+    // A list of one-element lists parses to about 100 bytes per byte of JSON. One such 4 MB body
+    // is reserved at about 520 MiB (4 MB + 256 bytes per `[` and `,`), so a budget of 1 GiB
+    // holds one parse at a time: of eight sent at once, those that find the budget taken get a
+    // 503, and memory stays within the budget. Without it, as many parses run at once as the
+    // server has threads.
+    const BUDGET_MIB: u64 = 1024;
+    let server = Server::start(&["--max-memory", "1024", "--max-state-tokens", "64"]);
+    let state: Vec<Value> = (0..1_000_000).map(|i| json!([i % 10])).collect();
+    let body = json!({"state": state, "questions": {"q": {"type": "noul", "instructions": "Long?"}}}).to_string();
+    let before = peak_resident_bytes(server.child.id());
+    let results: Vec<(u16, Value)> = std::thread::scope(|scope| {
+        let clients: Vec<_> = (0..8).map(|_| scope.spawn(|| server.post("/v1/systemone", &body))).collect();
+        clients.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    let growth = peak_resident_bytes(server.child.id()).saturating_sub(before);
+    let answered = results.iter().filter(|(s, _)| *s == 200).count();
+    for (status, response) in &results {
+        assert!(*status == 200 || *status == 503, "{status}: {response}");
+        if *status == 503 {
+            assert!(response["detail"].as_str().unwrap().starts_with("server busy: requests in flight hold"), "{response}");
+        }
+    }
+    println!("8 bodies of 4 MB at once: {answered} answered, the rest 503; peak resident grew by {} MiB", growth >> 20);
+    assert!(answered >= 1 && answered < 8, "{answered} of 8 answered");
+    assert!(growth < BUDGET_MIB << 20, "peak resident memory grew by {} MiB, the budget is {BUDGET_MIB} MiB", growth >> 20);
+
+    // A body that could never fit is a 413 that says so; the server lives on.
+    let tight = Server::start(&["--max-memory", "64"]);
+    let (status, response) = tight.post("/v1/systemone", &body);
+    assert_eq!(status, 413, "{response}");
+    let detail = response["detail"].as_str().unwrap();
+    assert!(detail.starts_with("request too large for memory: its body and parsed JSON needs") && detail.ends_with("the limit is 64 MiB (--max-memory, DECIDER_MAX_MEMORY)"), "{detail}");
+    let text = json!({"state": "word ".repeat(600_000), "questions": {"q": {"type": "noul", "instructions": "Long?"}}}).to_string();
+    assert_eq!(tight.post("/v1/systemone", &text).0, 200, "3 MB of text parses to its own size and fits");
+    let (_, stats) = tight.get("/stats");
+    assert_eq!((stats["rejected_too_large"].as_u64(), stats["memory_held_bytes"].as_u64()), (Some(1), Some(0)), "{stats}");
+}
+
 #[test]
 fn a_body_over_the_limit_gets_a_413_the_client_can_read() {
     let server = Server::start(&["--max-body-bytes", "100000"]);

@@ -18,6 +18,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 
+use super::memory::{Reservation, parse_bytes};
 use super::{ApiError, AppState};
 
 /// Bytes of an oversized body read and dropped at most, after the limit.
@@ -25,8 +26,9 @@ const DRAIN_BYTES: usize = 64 << 20;
 /// Time spent reading and dropping an oversized body at most.
 const DRAIN_TIME: Duration = Duration::from_secs(10);
 
-/// A request body parsed as JSON, at most `--max-body-bytes` long.
-pub(super) struct JsonBody(pub Value);
+/// A request body parsed as JSON, at most `--max-body-bytes` long, with the memory its bytes
+/// and its parse hold reserved in the server's budget (`memory.rs`) until the handler drops it.
+pub(super) struct JsonBody(pub Value, pub Reservation);
 
 impl FromRequest<Arc<AppState>> for JsonBody {
     type Rejection = ApiError;
@@ -34,38 +36,55 @@ impl FromRequest<Arc<AppState>> for JsonBody {
     async fn from_request(request: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
         let (parts, body) = request.into_parts();
         let limits = &state.limits;
-        let bytes = tokio::time::timeout(limits.body_timeout, read_limited(&parts.headers, body, limits.max_body_bytes))
+        let mut reservation = state.memory.reservation();
+        let bytes = tokio::time::timeout(limits.body_timeout, read_limited(&parts.headers, body, limits.max_body_bytes, &mut reservation))
             .await
             .map_err(|_| {
                 let seconds = limits.body_timeout.as_secs();
                 ApiError::new(StatusCode::REQUEST_TIMEOUT, format!("request body timeout: the body did not arrive within {seconds} s (--body-timeout, DECIDER_BODY_TIMEOUT)"))
-            })??;
-        parse_json(&bytes).map(JsonBody)
+            })?
+            .map_err(|e| state.refused_by_status(e))?;
+        reservation.grow(parse_bytes(&bytes), "its body and parsed JSON").map_err(|e| state.refused_by_status(e))?;
+        let value = parse_json(&bytes)?;
+        Ok(JsonBody(value, reservation))
     }
 }
 
-/// The whole body, or a 413 once it is known to be longer than `limit`.
-async fn read_limited(headers: &HeaderMap, mut body: Body, limit: usize) -> Result<Bytes, ApiError> {
+/// The whole body, or a 413 once it is known to be longer than `limit` or than the memory
+/// budget allows; its bytes are reserved in `reservation` as they arrive.
+async fn read_limited(headers: &HeaderMap, mut body: Body, limit: usize, reservation: &mut Reservation) -> Result<Bytes, ApiError> {
     let too_large = || {
         ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("request body too large: the limit is {limit} bytes (--max-body-bytes, DECIDER_MAX_BODY_BYTES)"))
     };
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        let waits_for_continue = headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let waits_for_continue = headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let refuse = |body: Body, error: ApiError| async move {
         if !waits_for_continue {
             drain(body).await;
         }
-        return Err(too_large());
+        Err(error)
+    };
+    if declared.is_some_and(|n| n > limit as u64) {
+        return refuse(body, too_large()).await;
     }
-    let mut bytes = Vec::new();
+    if let Some(Err(error)) = declared.map(|n| reservation.grow(n as usize, "its body")) {
+        return refuse(body, error).await;
+    }
+    // With a declared length the buffer is allocated once; without, it doubles as it grows, so
+    // twice each frame is reserved.
+    let mut bytes = Vec::with_capacity(declared.unwrap_or(0) as usize);
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("reading the request body: {e}")))?;
         if let Ok(data) = frame.into_data() {
-            bytes.extend_from_slice(&data);
-            if bytes.len() > limit {
-                drain(body).await;
-                return Err(too_large());
+            if bytes.len() + data.len() > limit {
+                return refuse(body, too_large()).await;
             }
+            if declared.is_none() {
+                if let Err(error) = reservation.grow(2 * data.len(), "its body") {
+                    return refuse(body, error).await;
+                }
+            }
+            bytes.extend_from_slice(&data);
         }
     }
     Ok(Bytes::from(bytes))

@@ -3,7 +3,7 @@
 
 use axum::http::StatusCode;
 use decider::SystemOneRequest;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::ApiError;
 
@@ -34,26 +34,21 @@ fn lax_bool(value: &Value) -> Option<bool> {
     }
 }
 
-/// `S1Req`: the request, and whether it carries assets (images).
-pub(super) fn systemone_request(body: &Value, max_state_tokens: usize) -> Result<(SystemOneRequest, bool), ApiError> {
-    let Value::Object(fields) = body else {
-        let msg = "Input should be a valid dictionary or object to extract fields from";
-        return Err(invalid_fields(vec![field_error("model_attributes_type", &[], msg, body)]));
+/// `S1Req`: the request, and whether it carries assets (images). The body is consumed: its
+/// state moves into the request, never copied.
+pub(super) fn systemone_request(body: Value, max_state_tokens: usize) -> Result<(SystemOneRequest, bool), ApiError> {
+    let mut fields = match body {
+        Value::Object(fields) => fields,
+        other => {
+            let msg = "Input should be a valid dictionary or object to extract fields from";
+            return Err(invalid_fields(vec![field_error("model_attributes_type", &[], msg, &other)]));
+        }
     };
+    let missing: Vec<&str> = ["state", "questions"].into_iter().filter(|required| !fields.contains_key(*required)).collect();
     let mut errors = Vec::new();
-    for required in ["state", "questions"] {
-        if !fields.contains_key(required) {
-            errors.push(field_error("missing", &[json!(required)], "Field required", body));
-        }
+    if let Some(other) = fields.get("questions").filter(|q| !q.is_object()) {
+        errors.push(field_error("dict_type", &[json!("questions")], "Input should be a valid dictionary", other));
     }
-    let questions = match fields.get("questions") {
-        Some(Value::Object(q)) => q.clone(),
-        Some(other) => {
-            errors.push(field_error("dict_type", &[json!("questions")], "Input should be a valid dictionary", other));
-            Map::new()
-        }
-        None => Map::new(),
-    };
     for name in ["model", "layout"] {
         if let Some(v) = fields.get(name).filter(|v| !v.is_null() && !v.is_string()) {
             errors.push(field_error("string_type", &[json!(name)], "Input should be a valid string", v));
@@ -74,10 +69,17 @@ pub(super) fn systemone_request(body: &Value, max_state_tokens: usize) -> Result
             false
         }
     };
-    if !errors.is_empty() {
-        return Err(invalid_fields(errors));
+    if !missing.is_empty() || !errors.is_empty() {
+        // pydantic reports missing fields first, each with the whole body as its input.
+        let body = Value::Object(fields);
+        let mut all: Vec<Value> = missing.iter().map(|field| field_error("missing", &[json!(field)], "Field required", &body)).collect();
+        all.append(&mut errors);
+        return Err(invalid_fields(all));
     }
-    let mut request = SystemOneRequest::new(fields["state"].clone(), questions);
+    let (Some(state), Some(Value::Object(questions))) = (fields.remove("state"), fields.remove("questions")) else {
+        unreachable!("both fields were checked above")
+    };
+    let mut request = SystemOneRequest::new(state, questions);
     request.independent = independent;
     request.max_state_tokens = max_state_tokens;
     Ok((request, has_assets))

@@ -57,7 +57,8 @@ impl Stats {
     /// The body of `GET /stats`. This server has no CUDA graphs, engine statistics, length
     /// buckets or schema cache, so `engine` and `schema_cache` are null, `graphs` is 0 and
     /// `bucket_hist` is empty.
-    pub fn report(&self, outstanding_rows: usize, limits: &Limits) -> Value {
+    /// `memory_held` (bytes of the memory budget requests hold now) is not a reference field.
+    pub fn report(&self, outstanding_rows: usize, memory_held: usize, limits: &Limits) -> Value {
         let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         let batch_hist: Map<String, Value> =
             self.batch_hist.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(rows, n)| (rows.to_string(), json!(n))).collect();
@@ -74,6 +75,7 @@ impl Stats {
             "batch_hist": batch_hist,
             "bucket_hist": {},
             "outstanding_rows": outstanding_rows,
+            "memory_held_bytes": memory_held,
             "engine": null,
             "graphs": 0,
             "sealed": true,
