@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+pub mod fuzz;
+
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
 use safetensors::{Dtype, SafeTensors};
 
