@@ -10,7 +10,7 @@ use std::sync::LazyLock;
 
 use decider::state::{render_state, render_state_prefix};
 use decider::{DeciderError, Plan, Prompter, SystemOneRequest};
-use integration_tests::fuzz::{json_value, questions, text, valid_question};
+use integration_tests::fuzz::{json_value, questions, text, valid_questions};
 use proptest::prelude::*;
 use serde_json::{Map, Value};
 
@@ -58,10 +58,9 @@ proptest! {
     #[test]
     fn valid_questions_are_planned_about_any_state(
         state in json_value(),
-        questions in proptest::collection::vec(valid_question(), 1..4),
+        questions in valid_questions(),
         max_state_tokens in prop_oneof![Just(0usize), 1usize..64, Just(32768)],
     ) {
-        let questions: Map<String, Value> = questions.into_iter().enumerate().map(|(i, q)| (format!("q{i}"), q)).collect();
         let mut request = SystemOneRequest::new(state, questions.clone());
         request.max_state_tokens = max_state_tokens;
         let plan = PROMPTER.plan(&request).map_err(|e| TestCaseError::fail(format!("{e}: {questions:?}")))?;

@@ -71,3 +71,8 @@ pub fn questions() -> impl Strategy<Value = Map<String, Value>> {
     proptest::collection::vec((text(), question()), 0..6).prop_map(|entries| entries.into_iter().collect())
 }
 
+
+/// One to three questions the reference accepts, keyed `q0`, `q1`, ….
+pub fn valid_questions() -> impl Strategy<Value = Map<String, Value>> {
+    proptest::collection::vec(valid_question(), 1..4).prop_map(|questions| questions.into_iter().enumerate().map(|(i, q)| (format!("q{i}"), q)).collect())
+}

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 pub mod fuzz;
+pub mod server;
 
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
 use safetensors::{Dtype, SafeTensors};

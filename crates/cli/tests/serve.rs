@@ -2,69 +2,19 @@
 //! real HTTP: the reference's wire format, its status codes and messages, limits, a bounded
 //! concurrent load, and graceful shutdown.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use burn::backend::NdArray;
 use decider::{Decider, SystemOneRequest};
+use integration_tests::server::{Server, read};
 use serde_json::{Value, json};
 
-/// A `decider serve --model demo` process; killed when dropped.
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Server {
-    fn start(extra: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_decider"))
-            .args(["serve", "--model", "demo", "--addr", "127.0.0.1:0"])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start decider serve");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let banner = lines.next().expect("a start-up line").expect("utf-8");
-        let base = banner.split_whitespace().find(|w| w.starts_with("http://")).expect("the address in the banner").to_string();
-        // Keep reading stdout so the server never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
-        Server { child, base }
-    }
-
-    fn post(&self, path: &str, body: &str) -> (u16, Value) {
-        let response = ureq::post(&format!("{}{path}", self.base)).set("content-type", "application/json").send_string(body);
-        read(response)
-    }
-
-    fn get(&self, path: &str) -> (u16, Value) {
-        read(ureq::get(&format!("{}{path}", self.base)).call())
-    }
-}
-
-fn read(response: Result<ureq::Response, ureq::Error>) -> (u16, Value) {
-    let response = match response {
-        Ok(r) => r,
-        Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => panic!("transport error: {e}"),
-    };
-    let status = response.status();
-    if status == 503 {
-        assert_eq!(response.header("retry-after"), Some("1"), "a 503 says when to retry");
-    }
-    let text = response.into_string().expect("body");
-    (status, serde_json::from_str(&text).unwrap_or_else(|_| panic!("non-JSON body ({status}): {text}")))
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+/// The `decider` binary under test.
+const DECIDER: &str = env!("CARGO_BIN_EXE_decider");
 
 /// A server with the default limits, for the tests that need nothing special.
 fn server() -> Server {
-    Server::start(&[])
+    Server::start(DECIDER, &[])
 }
 
 fn every_type() -> Value {
@@ -175,7 +125,7 @@ fn health_models_and_decide_routes() {
 
 #[test]
 fn stats_count_what_the_server_did() {
-    let server = Server::start(&["--max-row-tokens", "120"]);
+    let server = Server::start(DECIDER, &["--max-row-tokens", "120"]);
     let (status, stats) = server.get("/stats");
     assert_eq!(status, 200);
     assert_eq!((stats["requests"].as_u64(), stats["rows"].as_u64(), stats["errors"].as_u64()), (Some(0), Some(0), Some(0)));
@@ -203,20 +153,9 @@ fn stats_count_what_the_server_did() {
 #[test]
 fn decider_variables_configure_the_server_and_flags_win() {
     let start = |args: &[&str]| {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_decider"))
-            .args(["serve", "--addr", "127.0.0.1:0"])
-            .args(args)
-            .env("DECIDER_MODEL", "demo")
-            .env("DECIDER_TEMPERATURE", "0.5")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start decider serve");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let banner = lines.next().map(|l| l.expect("utf-8"));
-        std::thread::spawn(move || lines.for_each(drop));
-        let base = banner.and_then(|b| b.split_whitespace().find(|w| w.starts_with("http://")).map(String::from));
-        Server { child, base: base.unwrap_or_default() }
+        let mut command = Command::new(DECIDER);
+        command.args(["serve", "--addr", "127.0.0.1:0"]).args(args).env("DECIDER_MODEL", "demo").env("DECIDER_TEMPERATURE", "0.5");
+        Server::spawn(command)
     };
     let from_env = start(&[]);
     let (_, health) = from_env.get("/health");
@@ -225,10 +164,8 @@ fn decider_variables_configure_the_server_and_flags_win() {
     let flag = start(&["--temperature", "2"]);
     assert_eq!(flag.get("/health").1["temperature"], 2.0, "the flag wins over DECIDER_TEMPERATURE");
     let mut refused = start(&["--temperature", "0"]);
-    let status = refused.child.wait().expect("the server exits");
+    let (status, stderr) = refused.exit();
     assert!(!status.success(), "a temperature of 0 is refused at start");
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(refused.child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
     assert!(stderr.contains("temperature"), "the error names the temperature: {stderr}");
 }
 
@@ -243,7 +180,7 @@ fn unknown_routes_and_methods_get_fastapi_json_bodies() {
 
 #[test]
 fn size_limits_give_413_and_a_long_state_is_truncated() {
-    let server = Server::start(&["--max-state-tokens", "64", "--max-row-tokens", "120", "--max-rows", "20", "--max-body-bytes", "100000", "--max-queue-rows", "12"]);
+    let server = Server::start(DECIDER, &["--max-state-tokens", "64", "--max-row-tokens", "120", "--max-rows", "20", "--max-body-bytes", "100000", "--max-queue-rows", "12"]);
     let long_state = "word ".repeat(2000);
     let question = json!({"q": {"type": "noul", "instructions": "Is it long?"}});
     let (status, response) = server.post("/v1/systemone", &json!({"state": long_state, "questions": question}).to_string());
@@ -319,7 +256,7 @@ fn a_large_state_costs_memory_by_its_token_cap_not_its_size() {
     // whole, that took gigabytes. Only a prefix proportional to the 512-token cap is rendered and
     // tokenized; what remains is parsing the body.
     const GROWTH_LIMIT: u64 = 512 << 20;
-    let server = Server::start(&["--max-state-tokens", "512"]);
+    let server = Server::start(DECIDER, &["--max-state-tokens", "512"]);
     let state: Vec<Value> = (0..600_000).map(|i| json!([i % 10])).collect();
     let body = json!({"state": state, "questions": {"q": {"type": "noul", "instructions": "Is it long?"}}}).to_string();
     let before = peak_resident_bytes(server.child.id());
@@ -340,7 +277,7 @@ fn bodies_are_parsed_within_the_memory_budget() {
     // 503, and memory stays within the budget. Without it, as many parses run at once as the
     // server has threads.
     const BUDGET_MIB: u64 = 1024;
-    let server = Server::start(&["--max-memory", "1024", "--max-state-tokens", "64"]);
+    let server = Server::start(DECIDER, &["--max-memory", "1024", "--max-state-tokens", "64"]);
     let state: Vec<Value> = (0..1_000_000).map(|i| json!([i % 10])).collect();
     let body = json!({"state": state, "questions": {"q": {"type": "noul", "instructions": "Long?"}}}).to_string();
     let before = peak_resident_bytes(server.child.id());
@@ -361,7 +298,7 @@ fn bodies_are_parsed_within_the_memory_budget() {
     assert!(growth < BUDGET_MIB << 20, "peak resident memory grew by {} MiB, the budget is {BUDGET_MIB} MiB", growth >> 20);
 
     // A body that could never fit is a 413 that says so; the server lives on.
-    let tight = Server::start(&["--max-memory", "64"]);
+    let tight = Server::start(DECIDER, &["--max-memory", "64"]);
     let (status, response) = tight.post("/v1/systemone", &body);
     assert_eq!(status, 413, "{response}");
     let detail = response["detail"].as_str().unwrap();
@@ -374,7 +311,7 @@ fn bodies_are_parsed_within_the_memory_budget() {
 
 #[test]
 fn a_body_over_the_limit_gets_a_413_the_client_can_read() {
-    let server = Server::start(&["--max-body-bytes", "100000"]);
+    let server = Server::start(DECIDER, &["--max-body-bytes", "100000"]);
     let url = format!("{}/v1/systemone", server.base);
     let oversized = "x".repeat(3_000_000);
     // The client writes the whole body before it reads the answer: the server must read
@@ -400,13 +337,13 @@ fn clients_that_leave_free_their_place_and_their_work_is_dropped() {
     // requests are queued, and hang up. Their queued work must not run: the model is free for
     // the next client at once.
     const LEAVERS: u64 = 16;
-    let server = Server::start(&["--max-queue-rows", "64"]);
+    let server = Server::start(DECIDER, &["--max-queue-rows", "64"]);
     let body = json!({"state": "word ".repeat(3000), "questions": {"q": {"type": "noul", "instructions": "Long?"}}}).to_string();
     let request = format!("POST /v1/systemone HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}", body.len());
     let clients: Vec<_> = (0..LEAVERS)
         .map(|_| {
             use std::io::Write;
-            let mut stream = std::net::TcpStream::connect(server.base.trim_start_matches("http://")).expect("connect");
+            let mut stream = std::net::TcpStream::connect(server.address()).expect("connect");
             stream.write_all(request.as_bytes()).unwrap();
             stream
         })
@@ -438,8 +375,8 @@ fn wait_for_stats(server: &Server, done: impl Fn(&Value) -> bool) -> Value {
 fn idle_and_slow_clients_are_closed_in_time_and_do_not_starve_others() {
     use std::io::{Read, Write};
     use std::time::{Duration, Instant};
-    let server = Server::start(&["--header-timeout", "2", "--body-timeout", "2"]);
-    let address = server.base.trim_start_matches("http://").to_string();
+    let server = Server::start(DECIDER, &["--header-timeout", "2", "--body-timeout", "2"]);
+    let address = server.address().to_string();
     // 300 connections that never say anything.
     let idle: Vec<_> = (0..300).map(|_| std::net::TcpStream::connect(&address).expect("connect")).collect();
     // One that sends headers promising a body, then a tenth of it.
@@ -471,8 +408,8 @@ fn idle_and_slow_clients_are_closed_in_time_and_do_not_starve_others() {
 fn sigterm_finishes_in_bounded_time_while_a_client_holds_half_a_request() {
     use std::io::Write;
     use std::time::{Duration, Instant};
-    let mut server = Server::start(&["--body-timeout", "600", "--shutdown-timeout", "2"]);
-    let mut half = std::net::TcpStream::connect(server.base.trim_start_matches("http://")).unwrap();
+    let mut server = Server::start(DECIDER, &["--body-timeout", "600", "--shutdown-timeout", "2"]);
+    let mut half = std::net::TcpStream::connect(server.address()).unwrap();
     half.write_all(b"POST /v1/systemone HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{").unwrap();
     assert_eq!(server.get("/health").0, 200);
     let start = Instant::now();
@@ -491,7 +428,7 @@ fn sigterm_finishes_in_bounded_time_while_a_client_holds_half_a_request() {
 /// Writes `request` on a fresh connection and returns what the server answers.
 fn raw_exchange(server: &Server, request: &str) -> String {
     use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(server.base.trim_start_matches("http://")).expect("connect");
+    let mut stream = std::net::TcpStream::connect(server.address()).expect("connect");
     stream.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
     stream.write_all(request.as_bytes()).unwrap();
     let mut head = [0u8; 512];
@@ -521,7 +458,7 @@ fn concurrent_load_is_answered_or_refused_with_503() {
     drop(roomy);
 
     // With room for 4 requests (2 rows each), the rest is refused with 503 and the server lives on.
-    let tight = Server::start(&["--max-queue-rows", "8"]);
+    let tight = Server::start(DECIDER, &["--max-queue-rows", "8"]);
     let results = load(&tight, 25);
     assert_eq!(results.len(), 200);
     let answered = results.iter().filter(|(s, _)| *s == 200).count();
@@ -538,7 +475,7 @@ fn concurrent_load_is_answered_or_refused_with_503() {
 #[cfg(unix)]
 #[test]
 fn sigterm_shuts_down_gracefully() {
-    let mut server = Server::start(&[]);
+    let mut server = Server::start(DECIDER, &[]);
     assert_eq!(server.get("/health").0, 200);
     let status = Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().unwrap();
     assert!(status.success());
