@@ -49,9 +49,9 @@ pub struct ServeArgs {
     /// One temperature for every answer type, instead of decider_config.json's.
     #[arg(long, env = "DECIDER_TEMPERATURE")]
     pub temperature: Option<f64>,
-    /// Address to listen on.
+    /// Address to listen on: `HOST:PORT`, the host a name (`localhost`) or an IP address.
     #[arg(long, default_value = "127.0.0.1:8000")]
-    pub addr: SocketAddr,
+    pub addr: String,
     #[arg(long, value_enum, default_value_t = BackendName::default_name())]
     pub backend: BackendName,
     /// Scoring rows one request may expand to (questions and isolated Score levels).
@@ -120,25 +120,17 @@ impl IntoResponse for ApiError {
 }
 
 impl ServeArgs {
-    /// The defaults of `decider serve --model MODEL --addr 127.0.0.1:0` (a free port).
+    /// `decider serve --addr 127.0.0.1:0` (a free port) of `model`: every other setting is its
+    /// flag's default, or its `DECIDER_*` variable's value where one is set.
     pub fn new(model: ModelSource) -> Self {
-        Self {
-            model,
-            weights: WeightsArg { format: Default::default() },
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-            backend: BackendName::default_name(),
-            max_rows: 1024,
-            max_state_tokens: 32768,
-            max_row_tokens: None,
-            max_request_tokens: 1 << 20,
-            max_queue_rows: 4096,
-            max_body_bytes: 64 << 20,
-            max_memory: 4096,
-            header_timeout: 30,
-            body_timeout: 60,
-            shutdown_timeout: 30,
-            temperature: None,
+        #[derive(clap::Parser)]
+        struct Serve {
+            #[command(flatten)]
+            args: ServeArgs,
         }
+        let mut args = <Serve as clap::Parser>::parse_from(["serve", "--model", "demo", "--addr", "127.0.0.1:0"]).args;
+        args.model = model;
+        args
     }
 }
 
@@ -204,7 +196,7 @@ pub fn serve<B: Qwen35Ops>(
         .with_state(state.clone());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind(args.addr).await.with_context(|| format!("binding {}", args.addr))?;
+        let listener = tokio::net::TcpListener::bind(&args.addr).await.with_context(|| format!("binding {}", args.addr))?;
         ready(&state.prompter.config.model_name, listener.local_addr()?);
         listener::serve(listener, app, timeouts, shutdown).await;
         anyhow::Ok(())

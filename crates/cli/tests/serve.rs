@@ -482,3 +482,12 @@ fn sigterm_shuts_down_gracefully() {
     let exit = server.child.wait().unwrap();
     assert!(exit.success(), "exit status {exit}");
 }
+
+#[test]
+fn the_address_may_name_a_host() {
+    let mut command = Command::new(DECIDER);
+    command.args(["serve", "--model", "demo", "--addr", "localhost:0"]);
+    let server = Server::spawn(command);
+    assert!(!server.base.is_empty(), "the server started: {}", server.log());
+    assert_eq!(server.get("/health").0, 200);
+}
