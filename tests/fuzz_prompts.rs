@@ -12,7 +12,7 @@ use decider::state::{render_state, render_state_prefix};
 use decider::{DeciderError, Plan, Prompter, SystemOneRequest};
 use integration_tests::fuzz::{json_value, questions, text, valid_questions};
 use proptest::prelude::*;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 static PROMPTER: LazyLock<Prompter> = LazyLock::new(Prompter::demo);
 

@@ -79,10 +79,10 @@ async fn read_limited(headers: &HeaderMap, mut body: Body, limit: usize, reserva
             if bytes.len() + data.len() > limit {
                 return refuse(body, too_large()).await;
             }
-            if declared.is_none() {
-                if let Err(error) = reservation.grow(2 * data.len(), "its body") {
-                    return refuse(body, error).await;
-                }
+            if declared.is_none()
+                && let Err(error) = reservation.grow(2 * data.len(), "its body")
+            {
+                return refuse(body, error).await;
             }
             bytes.extend_from_slice(&data);
         }
