@@ -345,6 +345,9 @@ async fn decide(State(state): State<Arc<AppState>>, JsonBody(body, reservation):
 
 /// `reservation` holds the body's memory until the form is planned.
 async fn answer_decide(state: &Arc<AppState>, body: Value, reservation: Reservation) -> Result<Map<String, Value>, ApiError> {
+    if !body.is_object() {
+        return Err(request::not_an_object(&body));
+    }
     let mut body = body;
     let context = match body.get_mut("context") {
         Some(Value::String(c)) => std::mem::take(c),

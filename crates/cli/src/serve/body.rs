@@ -19,6 +19,7 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 
 use super::memory::{Reservation, parse_bytes};
+use super::request::{invalid_fields, not_an_object};
 use super::{ApiError, AppState};
 
 /// Bytes of an oversized body read and dropped at most, after the limit.
@@ -45,6 +46,14 @@ impl FromRequest<Arc<AppState>> for JsonBody {
             })?
             .map_err(|e| state.refused_by_status(e))?;
         reservation.grow(parse_bytes(&bytes), "its body and parsed JSON").map_err(|e| state.refused_by_status(e))?;
+        // As FastAPI reads a pydantic-model body: an empty one is missing; one of another
+        // content type than JSON is validated as raw text, which is never an object.
+        if bytes.is_empty() {
+            return Err(invalid_fields(vec![json!({"type": "missing", "loc": ["body"], "msg": "Field required", "input": null})]));
+        }
+        if !is_json(&parts.headers) {
+            return Err(not_an_object(&Value::String(String::from_utf8_lossy(&bytes).into_owned())));
+        }
         let value = parse_json(&bytes)?;
         Ok(JsonBody(value, reservation))
     }
@@ -104,16 +113,26 @@ async fn drain(mut body: Body) {
     .await;
 }
 
-/// The body as JSON; malformed JSON is FastAPI's 422, with the byte offset of the error.
+/// Whether the body is JSON by its content type, as FastAPI decides: no content type, or
+/// `application/json` or `application/…+json` (parameters such as `charset` aside).
+fn is_json(headers: &HeaderMap) -> bool {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else { return true };
+    let Ok(mime) = value.to_str().unwrap_or("").parse::<mime::Mime>() else { return false };
+    mime.type_() == mime::APPLICATION && (mime.subtype() == mime::JSON || mime.suffix() == Some(mime::JSON))
+}
+
+/// The body as JSON; malformed JSON is FastAPI's 422, at the character offset Python's `json`
+/// reports (the end of the body when it ends too soon).
 fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
     serde_json::from_slice(body).map_err(|e| {
-        let offset = byte_offset(body, e.line(), e.column());
+        let at = if e.is_eof() { body.len() } else { byte_offset(body, e.line(), e.column()) };
+        let offset = String::from_utf8_lossy(&body[..at.min(body.len())]).chars().count();
         let detail = json!([{"type": "json_invalid", "loc": ["body", offset], "msg": "JSON decode error", "input": {}, "ctx": {"error": e.to_string()}}]);
         ApiError(StatusCode::UNPROCESSABLE_ENTITY, detail)
     })
 }
 
-/// serde_json reports a line and column; FastAPI (Python's json) a character offset.
+/// serde_json reports a line and column (1-based, the column in bytes); this is the byte offset.
 fn byte_offset(body: &[u8], line: usize, column: usize) -> usize {
     let line_start: usize = body.split(|&b| b == b'\n').take(line.saturating_sub(1)).map(|l| l.len() + 1).sum();
     (line_start + column).saturating_sub(1)

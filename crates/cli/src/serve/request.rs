@@ -19,62 +19,80 @@ pub(super) fn invalid_fields(errors: Vec<Value>) -> ApiError {
     ApiError(StatusCode::UNPROCESSABLE_ENTITY, Value::Array(errors))
 }
 
-/// pydantic's lax boolean.
-fn lax_bool(value: &Value) -> Option<bool> {
+/// pydantic's 422 for a model body that is not an object (`input` is what it got).
+pub(super) fn not_an_object(input: &Value) -> ApiError {
+    let msg = "Input should be a valid dictionary or object to extract fields from";
+    invalid_fields(vec![field_error("model_attributes_type", &[], msg, input)])
+}
+
+/// pydantic's lax boolean: `true`/`false`, 0 and 1 (also as 0.0 and 1.0), and the strings it
+/// knows; otherwise its error type and message for the input.
+fn lax_bool(value: &Value) -> Result<bool, (&'static str, &'static str)> {
+    const PARSING: (&str, &str) = ("bool_parsing", "Input should be a valid boolean, unable to interpret input");
+    const TYPE: (&str, &str) = ("bool_type", "Input should be a valid boolean");
     match value {
-        Value::Bool(b) => Some(*b),
-        Value::Number(n) if n.as_f64() == Some(1.0) => Some(true),
-        Value::Number(n) if n.as_f64() == Some(0.0) => Some(false),
-        Value::String(s) => match s.trim().to_ascii_lowercase().as_str() {
-            "1" | "on" | "t" | "true" | "y" | "yes" => Some(true),
-            "0" | "off" | "f" | "false" | "n" | "no" => Some(false),
-            _ => None,
+        Value::Bool(b) => Ok(*b),
+        Value::Number(n) => match n.as_f64() {
+            Some(0.0) => Ok(false),
+            Some(1.0) => Ok(true),
+            // A whole number is read as an integer, which is no boolean; a fraction is no number it reads.
+            Some(x) if x.fract() == 0.0 => Err(PARSING),
+            _ => Err(TYPE),
         },
-        _ => None,
+        Value::String(s) => match s.trim().to_ascii_lowercase().as_str() {
+            "1" | "on" | "t" | "true" | "y" | "yes" => Ok(true),
+            "0" | "off" | "f" | "false" | "n" | "no" => Ok(false),
+            _ => Err(PARSING),
+        },
+        _ => Err(TYPE),
     }
 }
 
 /// `S1Req`: the request, and whether it carries assets (images). The body is consumed: its
-/// state moves into the request, never copied.
+/// state moves into the request, never copied. Errors are reported as pydantic does: every
+/// field's, in the order the model declares them (`state`, `questions`, `model`,
+/// `independent`, `layout`).
 pub(super) fn systemone_request(body: Value, max_state_tokens: usize) -> Result<(SystemOneRequest, bool), ApiError> {
     let mut fields = match body {
         Value::Object(fields) => fields,
-        other => {
-            let msg = "Input should be a valid dictionary or object to extract fields from";
-            return Err(invalid_fields(vec![field_error("model_attributes_type", &[], msg, &other)]));
-        }
+        other => return Err(not_an_object(&other)),
     };
-    let missing: Vec<&str> = ["state", "questions"].into_iter().filter(|required| !fields.contains_key(*required)).collect();
-    let mut errors = Vec::new();
-    if let Some(other) = fields.get("questions").filter(|q| !q.is_object()) {
-        errors.push(field_error("dict_type", &[json!("questions")], "Input should be a valid dictionary", other));
+    // (field, error type, message, whether the input is the whole body); filled in order.
+    let mut errors: Vec<(&str, &str, &str, bool)> = Vec::new();
+    if !fields.contains_key("state") {
+        errors.push(("state", "missing", "Field required", true));
     }
-    for name in ["model", "layout"] {
-        if let Some(v) = fields.get(name).filter(|v| !v.is_null() && !v.is_string()) {
-            errors.push(field_error("string_type", &[json!(name)], "Input should be a valid string", v));
-        }
+    match fields.get("questions") {
+        None => errors.push(("questions", "missing", "Field required", true)),
+        Some(q) if !q.is_object() => errors.push(("questions", "dict_type", "Input should be a valid dictionary", false)),
+        Some(_) => {}
     }
-    let independent = match fields.get("independent") {
+    let string_field = |name| fields.get(name).is_some_and(|v: &Value| !v.is_null() && !v.is_string()).then_some((name, "string_type", "Input should be a valid string", false));
+    errors.extend(string_field("model"));
+    let independent = match fields.get("independent").map(lax_bool) {
         None => true,
-        Some(v) => lax_bool(v).unwrap_or_else(|| {
-            errors.push(field_error("bool_parsing", &[json!("independent")], "Input should be a valid boolean, unable to interpret input", v));
+        Some(Ok(independent)) => independent,
+        Some(Err((kind, msg))) => {
+            errors.push(("independent", kind, msg, false));
             true
-        }),
+        }
     };
+    errors.extend(string_field("layout"));
     let has_assets = match fields.get("assets") {
         None | Some(Value::Null) => false,
         Some(Value::Object(a)) => !a.is_empty(),
-        Some(other) => {
-            errors.push(field_error("dict_type", &[json!("assets")], "Input should be a valid dictionary", other));
+        Some(_) => {
+            errors.push(("assets", "dict_type", "Input should be a valid dictionary", false));
             false
         }
     };
-    if !missing.is_empty() || !errors.is_empty() {
-        // pydantic reports missing fields first, each with the whole body as its input.
+    if !errors.is_empty() {
         let body = Value::Object(fields);
-        let mut all: Vec<Value> = missing.iter().map(|field| field_error("missing", &[json!(field)], "Field required", &body)).collect();
-        all.append(&mut errors);
-        return Err(invalid_fields(all));
+        let entries = errors
+            .into_iter()
+            .map(|(field, kind, msg, whole)| field_error(kind, &[json!(field)], msg, if whole { &body } else { &body[field] }))
+            .collect();
+        return Err(invalid_fields(entries));
     }
     let (Some(state), Some(Value::Object(questions))) = (fields.remove("state"), fields.remove("questions")) else {
         unreachable!("both fields were checked above")
