@@ -1,8 +1,6 @@
 //! `decider prompt`: the rows of a request (ids and slots) without running the model; only the
 //! folder's tokenizer.json and decider_config.json are read.
 
-use std::path::PathBuf;
-
 use anyhow::Context;
 use decider::SystemOneRequest;
 use serde_json::{Value, json};
@@ -14,15 +12,16 @@ pub struct PromptArgs {
     /// Model folder (only tokenizer.json and decider_config.json are read), or `demo`.
     #[arg(long)]
     pub model: ModelSource,
-    /// A /v1/systemone request body: {"state": ..., "questions": {...}, "independent": true}.
+    /// A /v1/systemone request body as JSON, or @FILE holding it:
+    /// {"state": ..., "questions": {...}, "independent": true}.
     #[arg(long)]
-    pub request: PathBuf,
+    pub request: String,
 }
 
 pub fn run(args: &PromptArgs) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&args.request).with_context(|| format!("reading {}", args.request.display()))?;
-    let body: Value = serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", args.request.display()))?;
-    let field = |name: &str| body.get(name).with_context(|| format!("{}: the request has no \"{name}\"", args.request.display()));
+    let text = crate::decide::text_or_file(&args.request)?;
+    let body: Value = serde_json::from_str(&text).context("the request is not valid JSON")?;
+    let field = |name: &str| body.get(name).with_context(|| format!("the request has no \"{name}\""));
     let questions = field("questions")?.as_object().context("\"questions\" must be an object {id: question}")?.clone();
     let mut request = SystemOneRequest::new(field("state")?.clone(), questions);
     if let Some(independent) = body.get("independent") {

@@ -15,14 +15,18 @@ fn prompt_prints_the_reference_rows() {
     let fixture: Value = serde_json::from_str(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/prompts/prompts.json")).unwrap()).unwrap();
     // A case without Score questions: the demo config's isolated levels do not change it.
     let case = fixture["cases"].as_array().unwrap().iter().find(|c| c["name"] == "options_255_packed_with_noul").cloned().expect("fixture case");
+    let body = json!({"state": case["state"], "questions": case["questions"], "independent": case["independent"]}).to_string();
     let dir = tempfile::tempdir().unwrap();
     let request = dir.path().join("request.json");
-    std::fs::write(&request, json!({"state": case["state"], "questions": case["questions"], "independent": case["independent"]}).to_string()).unwrap();
-    let (ok, stdout, stderr) = decider(&["prompt", "--model", "demo", "--request", request.to_str().unwrap()]);
-    assert!(ok, "{stderr}");
-    let printed: Value = serde_json::from_str(&stdout).unwrap();
+    std::fs::write(&request, &body).unwrap();
     let expected: Vec<Value> = case["rows"].as_array().unwrap().iter().map(|r| json!({"ids": r["ids"], "slots": r["slots"]})).collect();
-    assert_eq!(printed["rows"], Value::Array(expected), "case {}", case["name"]);
+    // The request from a file (@FILE) or inline, as `decide` takes its state.
+    for argument in [format!("@{}", request.display()), body] {
+        let (ok, stdout, stderr) = decider(&["prompt", "--model", "demo", "--request", &argument]);
+        assert!(ok, "{stderr}");
+        let printed: Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(printed["rows"], Value::Array(expected.clone()), "case {}", case["name"]);
+    }
 }
 
 #[test]
