@@ -10,13 +10,13 @@ use qwen35::Qwen35Ops;
 use npyz::WriterBuilder;
 
 use decider_cli::backend::{BackendName, GenericTask};
-use decider_cli::model_source::WeightsArg;
+use decider_cli::model_source::{ModelSource, WeightsArg};
 
 #[derive(clap::Args)]
 pub struct ForwardArgs {
-    /// Model folder: config.json and model.safetensors (or an index and its shards).
+    /// Model folder (config.json and the weights are read), Hub id, or `demo`.
     #[arg(long)]
-    pub model: PathBuf,
+    pub model: ModelSource,
     #[command(flatten)]
     pub weights: WeightsArg,
     /// Token ids, comma-separated, run as one sequence.
@@ -33,8 +33,7 @@ pub struct ForwardArgs {
 impl GenericTask for &ForwardArgs {
     fn run<B: Qwen35Ops>(self, device: &B::Device) -> anyhow::Result<()> {
         let start = Instant::now();
-        let (config, model) = qwen35::load_model_with_weights::<B>(&self.model, self.weights.format, device)
-            .with_context(|| format!("loading the model in {}", self.model.display()))?;
+        let (config, model) = self.model.network::<B>(self.weights.format, device)?;
         let load_time = start.elapsed();
         if let Some(bad) = self.ids.iter().find(|&&id| id < 0 || id as usize >= config.vocab_size) {
             bail!("token id {bad} is out of range for this model's vocab_size {}", config.vocab_size);
@@ -64,7 +63,7 @@ impl GenericTask for &ForwardArgs {
         println!(
             "backend {}: loaded {} in {:.2} s; forward of {len} tokens in {:.3} s ({:.1} tokens/s); wrote {} [{len}, {}]",
             self.backend,
-            self.model.display(),
+            self.model,
             load_time.as_secs_f64(),
             forward_time.as_secs_f64(),
             len as f64 / forward_time.as_secs_f64(),

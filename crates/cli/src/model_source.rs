@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::str::FromStr;
 
 use anyhow::Context;
-use decider::{Decider, Prompter};
-use qwen35::{Qwen35Ops, WeightFormat};
+use decider::{Decider, Prompter, demo};
+use qwen35::{Qwen35Config, Qwen35Model, Qwen35Ops, WeightFormat};
 
 /// `--weights`: the format the projections and experts are held in (`decider info` and the
 /// README list which parameters that covers).
@@ -49,6 +49,17 @@ impl FromStr for ModelSource {
     }
 }
 
+impl std::fmt::Display for ModelSource {
+    /// As it was given: `demo`, the folder, or the Hub id.
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Self::Demo => f.write_str("demo"),
+            Self::Folder(dir) => write!(f, "{}", dir.display()),
+            Self::Hub(id) => f.write_str(id),
+        }
+    }
+}
+
 impl ModelSource {
     /// The tokenizer and `decider_config.json` only (no weights).
     pub fn prompter(&self) -> anyhow::Result<Prompter> {
@@ -62,13 +73,24 @@ impl ModelSource {
 
     /// The whole model on backend `B`, its projections and experts in `weights`.
     pub fn load<B: Qwen35Ops>(&self, weights: WeightFormat, device: &B::Device) -> anyhow::Result<Decider<B>> {
-        let dir = match self {
-            Self::Demo if weights == WeightFormat::F32 => return Ok(Decider::demo(device)),
-            Self::Demo => anyhow::bail!("the demo model is built in f32 in memory; --weights {weights} applies to model folders and Hub ids"),
-            Self::Folder(dir) => dir.clone(),
-            Self::Hub(id) => hub::download(id, true)?,
-        };
+        let Some(dir) = self.weights_dir(weights)? else { return Ok(Decider::demo(device)) };
         Decider::load_with_weights(&dir, weights, device).with_context(|| format!("loading the model in {}", dir.display()))
+    }
+
+    /// The network alone (no tokenizer or decider config), for `decider forward`.
+    pub fn network<B: Qwen35Ops>(&self, weights: WeightFormat, device: &B::Device) -> anyhow::Result<(Qwen35Config, Qwen35Model<B>)> {
+        let Some(dir) = self.weights_dir(weights)? else { return Ok((demo::demo_config(), demo::demo_model(device))) };
+        qwen35::load_model_with_weights(&dir, weights, device).with_context(|| format!("loading the model in {}", dir.display()))
+    }
+
+    /// The folder holding the weights (downloaded for a Hub id); `None` for the demo model.
+    fn weights_dir(&self, weights: WeightFormat) -> anyhow::Result<Option<PathBuf>> {
+        match self {
+            Self::Demo if weights == WeightFormat::F32 => Ok(None),
+            Self::Demo => anyhow::bail!("the demo model is built in f32 in memory; --weights {weights} applies to model folders and Hub ids"),
+            Self::Folder(dir) => Ok(Some(dir.clone())),
+            Self::Hub(id) => hub::download(id, true).map(Some),
+        }
     }
 
     /// Whether answers come from random weights.

@@ -106,7 +106,8 @@ fn bad_input_is_reported() {
         assert!(stderr.contains(message), "{args:?}: {stderr}");
     }
     let output = decider().args(["forward", "--model", "/no/such/model", "--ids", "1", "--out"]).arg(&out).output().unwrap();
-    assert!(String::from_utf8_lossy(&output.stderr).contains("/no/such/model/config.json"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("/no/such/model is not a model folder"), "{stderr}");
 }
 
 #[test]
@@ -141,4 +142,23 @@ fn logits_that_overflow_exit_non_zero_and_write_nothing() {
     assert!(!output.status.success(), "exit status {}", output.status);
     assert!(stderr.contains("logits are NaN or infinite"), "{stderr}");
     assert!(!out.exists(), "no logits file is written");
+}
+
+#[test]
+fn forward_runs_the_demo_model_as_the_library_builds_it() {
+    use burn::backend::NdArray;
+    use burn::tensor::{Int, Tensor, TensorData};
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("logits.npy");
+    let output = decider().args(["forward", "--model", "demo", "--ids", "1,2,3", "--backend", "ndarray", "--out"]).arg(&out).output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let bytes = std::fs::read(&out).unwrap();
+    let npy = npyz::NpyFile::new(&bytes[..]).unwrap();
+    let vocab = decider::demo::demo_config().vocab_size;
+    assert_eq!(npy.shape(), &[3, vocab as u64]);
+    let written: Vec<f32> = npy.into_vec().unwrap();
+    let model = decider::demo::demo_model::<NdArray>(&Default::default());
+    let ids = Tensor::<NdArray, 2, Int>::from_data(TensorData::new(vec![1i64, 2, 3], [1, 3]), &Default::default());
+    let expected = model.forward(ids).into_data().convert::<f32>().to_vec::<f32>().unwrap();
+    relative_check("demo logits", &written, &expected, 1e-5);
 }
