@@ -207,6 +207,22 @@ fn a_shard_outside_the_folder_is_refused() {
 }
 
 #[test]
+fn an_expert_width_the_checkpoint_does_not_have_is_a_shape_error() {
+    // Within its bound, but not the checkpoint's: the per-expert tensors are shape-checked
+    // before the stacked experts are allocated (256 experts x 2,048 x 10^6 would be terabytes).
+    let dir = tempfile::tempdir().unwrap();
+    for file in ["config.json", "model.safetensors"] {
+        std::fs::copy(fixture_path(&format!("moe/save_pretrained/{file}")), dir.path().join(file)).unwrap();
+    }
+    let path = dir.path().join("config.json");
+    let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    config["moe_intermediate_size"] = 1_000_000.into();
+    std::fs::write(&path, config.to_string()).unwrap();
+    let message = load_error(dir.path());
+    assert!(message.starts_with("tensor `") && message.contains("1000000"), "{message}");
+}
+
+#[test]
 fn absurd_config_values_name_the_field_before_any_allocation() {
     // Each of these once ended in a multi-terabyte allocation that aborted the process.
     let cases: [(&str, u64, &str); 6] = [

@@ -74,16 +74,16 @@ pub struct ServeArgs {
     pub max_body_bytes: usize,
     /// MiB that requests in flight may hold: bodies as they arrive and the JSON they parse to
     /// (413 for a request that could never fit, 503 while others hold it).
-    #[arg(long, env = "DECIDER_MAX_MEMORY", default_value_t = 4096)]
+    #[arg(long, env = "DECIDER_MAX_MEMORY", default_value_t = 4096, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 30))]
     pub max_memory: usize,
     /// Seconds a connection may wait for a request's headers, idle keep-alive included; then it is closed.
-    #[arg(long, env = "DECIDER_HEADER_TIMEOUT", default_value_t = 30)]
+    #[arg(long, env = "DECIDER_HEADER_TIMEOUT", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub header_timeout: u64,
     /// Seconds a request's body may take to arrive (408 after).
-    #[arg(long, env = "DECIDER_BODY_TIMEOUT", default_value_t = 60)]
+    #[arg(long, env = "DECIDER_BODY_TIMEOUT", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub body_timeout: u64,
     /// Seconds requests in flight get to finish after SIGTERM or Ctrl-C; then the server exits.
-    #[arg(long, env = "DECIDER_SHUTDOWN_TIMEOUT", default_value_t = 30)]
+    #[arg(long, env = "DECIDER_SHUTDOWN_TIMEOUT", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub shutdown_timeout: u64,
 }
 
@@ -320,11 +320,16 @@ async fn answer_systemone(state: &Arc<AppState>, body: Value, reservation: Reser
     }
     // Tokenizing a long state is CPU work: keep it off the async workers.
     let planner = state.clone();
-    let plan = tokio::task::spawn_blocking(move || planner.prompter.plan(&request))
-        .await
-        .map_err(internal)?
-        .map_err(|e| state.refused(&state.stats.errors, unprocessable(e)))?;
-    drop(reservation);
+    // The blocking task owns the request and its reservation: if the client hangs up meanwhile,
+    // the memory stays reserved until the request is freed.
+    let plan = tokio::task::spawn_blocking(move || {
+        let plan = planner.prompter.plan(&request);
+        drop((request, reservation));
+        plan
+    })
+    .await
+    .map_err(internal)?
+    .map_err(|e| state.refused(&state.stats.errors, unprocessable(e)))?;
     state.check_size(&plan.rows.iter().map(|r| r.ids.len()).collect::<Vec<_>>())?;
     let admission = state.admit(plan.rows.len())?;
     let questions = plan.questions.len();
@@ -359,11 +364,14 @@ async fn answer_decide(state: &Arc<AppState>, body: Value, reservation: Reservat
     // Validated and tokenized here, off the model thread, and held to the row limits like
     // `/v1/systemone` (an empty schema runs no row).
     let planner = state.clone();
-    let plan = tokio::task::spawn_blocking(move || planner.prompter.plan_decide(&context, Some(&schema)))
-        .await
-        .map_err(internal)?
-        .map_err(|e| state.refused(&state.stats.errors, unprocessable(e)))?;
-    drop(reservation);
+    let plan = tokio::task::spawn_blocking(move || {
+        let plan = planner.prompter.plan_decide(&context, Some(&schema));
+        drop((context, schema, reservation));
+        plan
+    })
+    .await
+    .map_err(internal)?
+    .map_err(|e| state.refused(&state.stats.errors, unprocessable(e)))?;
     if plan.row_tokens() == 0 {
         return Ok(Map::new());
     }

@@ -85,7 +85,10 @@ fn misbehave(address: &str, stop: &AtomicBool) -> usize {
     let whole = format!("POST /v1/systemone HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}", body.len());
     let mut sent = 0;
     while !stop.load(Ordering::Relaxed) {
-        let Ok(mut stream) = std::net::TcpStream::connect(address) else { continue };
+        let Ok(mut stream) = std::net::TcpStream::connect(address) else {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        };
         let _ = match sent % 3 {
             0 => stream.write_all(b"POST /v1/systemone HTTP/1.1\r\nhost: x\r\ncontent-le"),
             1 => stream.write_all(whole.as_bytes()),

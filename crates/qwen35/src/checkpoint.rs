@@ -61,7 +61,8 @@ impl Checkpoint {
         let dir = index_path.parent().unwrap_or(Path::new("."));
         let files: BTreeSet<&String> = index.weight_map.values().collect();
         // Shards are files of the folder (or of its subfolders): no absolute path, no `..`.
-        if let Some(outside) = files.iter().find(|file| !Path::new(file).components().all(|c| matches!(c, Component::Normal(_)))) {
+        let confined = |file: &str| !file.is_empty() && Path::new(file).components().all(|c| matches!(c, Component::Normal(_)));
+        if let Some(outside) = files.iter().find(|file| !confined(file)) {
             return Err(LoadError::Index {
                 path: index_path.to_path_buf(),
                 reason: format!("shard `{outside}` is outside the model folder (a shard is a relative path without `..`)"),
@@ -93,11 +94,12 @@ impl Checkpoint {
             // SAFETY: the map is read-only; as with every mmap-based loader, the file must not be
             // truncated or rewritten by another process while the checkpoint is open.
             let map = unsafe { Mmap::map(&file) }.map_err(|cause| LoadError::Io { path: path.clone(), cause })?;
-            if let Some(name) = header(&map).and_then(duplicate_key) {
-                return Err(LoadError::DuplicateTensor { name, places: format!("in {}", path.display()) });
-            }
             let (header_len, metadata) = SafeTensors::read_metadata(&map)
                 .map_err(|e| LoadError::Corrupt { path: path.clone(), reason: e.to_string() })?;
+            // After safetensors' checks, which bound the header's size.
+            if let Some(name) = duplicate_key(&map[8..8 + header_len]) {
+                return Err(LoadError::DuplicateTensor { name, places: format!("in {}", path.display()) });
+            }
             let shard = shards.len();
             for (name, info) in metadata.tensors() {
                 if let Some((first, _)) = tensors.get(&name) {
@@ -168,12 +170,6 @@ impl Checkpoint {
         }
         Ok(values)
     }
-}
-
-/// The JSON header of a safetensors file: its first 8 bytes give its length (little-endian).
-fn header(file: &[u8]) -> Option<&[u8]> {
-    let len = usize::try_from(u64::from_le_bytes(file.get(..8)?.try_into().ok()?)).ok()?;
-    file.get(8..8usize.checked_add(len)?)
 }
 
 /// The first key that appears twice in a safetensors JSON header. `read_metadata` keeps the

@@ -185,10 +185,16 @@ impl<'a, B: Q8Matmul> CheckpointFiller<'a, B> {
                     return self.read(name, &[batch, d_out, d_in]);
                 }
                 let part_out = d_out / parts.len();
-                let mut stacked = Vec::with_capacity(batch * d_out * d_in);
+                let mut stacked = Vec::new();
                 for expert in 0..batch {
                     for part in parts {
-                        stacked.extend(self.read(&format!("{module}.{expert}.{part}.weight"), &[part_out, d_in])?);
+                        let values = self.read(&format!("{module}.{expert}.{part}.weight"), &[part_out, d_in])?;
+                        // Sized once the first tensor has passed its shape check: the widths
+                        // are then the checkpoint's, not only the config's.
+                        if stacked.capacity() == 0 {
+                            stacked.reserve_exact(batch * d_out * d_in);
+                        }
+                        stacked.extend(values);
                     }
                 }
                 Ok(stacked)

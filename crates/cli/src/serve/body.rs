@@ -45,17 +45,22 @@ impl FromRequest<Arc<AppState>> for JsonBody {
                 ApiError::new(StatusCode::REQUEST_TIMEOUT, format!("request body timeout: the body did not arrive within {seconds} s (--body-timeout, DECIDER_BODY_TIMEOUT)"))
             })?
             .map_err(|e| state.refused_by_status(e))?;
-        reservation.grow(parse_bytes(&bytes), "its body and parsed JSON").map_err(|e| state.refused_by_status(e))?;
-        // As FastAPI reads a pydantic-model body: an empty one is missing; one of another
-        // content type than JSON is validated as raw text, which is never an object.
-        if bytes.is_empty() {
-            return Err(invalid_fields(vec![json!({"type": "missing", "loc": ["body"], "msg": "Field required", "input": null})]));
-        }
-        if !is_json(&parts.headers) {
-            return Err(not_an_object(&Value::String(String::from_utf8_lossy(&bytes).into_owned())));
-        }
-        let value = parse_json(&bytes)?;
-        Ok(JsonBody(value, reservation))
+        // Scanning and parsing a large body takes long: not on the async workers.
+        let (state, json) = (state.clone(), is_json(&parts.headers));
+        tokio::task::spawn_blocking(move || {
+            reservation.grow(parse_bytes(&bytes), "its body and parsed JSON").map_err(|e| state.refused_by_status(e))?;
+            // As FastAPI reads a pydantic-model body: an empty one is missing; one of another
+            // content type than JSON is validated as raw text, which is never an object.
+            if bytes.is_empty() {
+                return Err(invalid_fields(vec![json!({"type": "missing", "loc": ["body"], "msg": "Field required", "input": null})]));
+            }
+            if !json {
+                return Err(not_an_object(&Value::String(String::from_utf8_lossy(&bytes).into_owned())));
+            }
+            Ok(JsonBody(parse_json(&bytes)?, reservation))
+        })
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("parsing the request body: {e}")))?
     }
 }
 
@@ -76,11 +81,9 @@ async fn read_limited(headers: &HeaderMap, mut body: Body, limit: usize, reserva
     if declared.is_some_and(|n| n > limit as u64) {
         return refuse(body, too_large()).await;
     }
-    if let Some(Err(error)) = declared.map(|n| reservation.grow(n as usize, "its body")) {
-        return refuse(body, error).await;
-    }
-    // With a declared length the buffer is allocated once; without, it doubles as it grows, so
-    // twice each frame is reserved.
+    // Reserved as the bytes arrive, so a client that declares a length and sends nothing holds
+    // nothing. With a declared length the buffer is allocated once; without, it doubles as it
+    // grows, so twice each frame is reserved.
     let mut bytes = Vec::with_capacity(declared.unwrap_or(0) as usize);
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("reading the request body: {e}")))?;
@@ -88,9 +91,8 @@ async fn read_limited(headers: &HeaderMap, mut body: Body, limit: usize, reserva
             if bytes.len() + data.len() > limit {
                 return refuse(body, too_large()).await;
             }
-            if declared.is_none()
-                && let Err(error) = reservation.grow(2 * data.len(), "its body")
-            {
+            let growth = if declared.is_some() { 1 } else { 2 };
+            if let Err(error) = reservation.grow(growth * data.len(), "its body") {
                 return refuse(body, error).await;
             }
             bytes.extend_from_slice(&data);

@@ -29,7 +29,7 @@ impl Backlog {
 
     /// Admits `rows` more if the backlog stays within `limit`; otherwise the rows queued now.
     pub fn admit(&self, rows: usize, limit: usize) -> Result<Admission, usize> {
-        self.0.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |queued| (queued + rows <= limit).then_some(queued + rows))?;
+        self.0.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |queued| queued.checked_add(rows).filter(|&total| total <= limit))?;
         Ok(Admission { backlog: self.clone(), rows })
     }
 }

@@ -11,7 +11,30 @@ use super::ApiError;
 pub(super) fn field_error(kind: &str, loc: &[Value], msg: &str, input: &Value) -> Value {
     let mut loc_all = vec![json!("body")];
     loc_all.extend_from_slice(loc);
-    json!({"type": kind, "loc": loc_all, "msg": msg, "input": input})
+    json!({"type": kind, "loc": loc_all, "msg": msg, "input": echoed(input)})
+}
+
+/// Bytes of JSON an input is echoed in a 422 with at most. A refused body is echoed after its
+/// memory reservation is gone, and escaping can make it six times longer: past this it is
+/// replaced by a note of its size (FastAPI echoes it whole).
+const ECHO_LIMIT: usize = 64 << 10;
+
+fn echoed(input: &Value) -> Value {
+    /// Counts bytes written and fails past the limit, so a long input is not written whole.
+    struct Bounded(usize);
+    impl std::io::Write for Bounded {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            if self.0 > ECHO_LIMIT { Err(std::io::Error::other("past the echo limit")) } else { Ok(bytes.len()) }
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    match serde_json::to_writer(Bounded(0), input) {
+        Ok(()) => input.clone(),
+        Err(_) => Value::String(format!("(more than {ECHO_LIMIT} bytes of JSON, not echoed)")),
+    }
 }
 
 /// A 422 of one or more `field_error` entries.
