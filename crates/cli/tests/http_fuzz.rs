@@ -106,7 +106,13 @@ fn misbehave(address: &str, stop: &AtomicBool) -> usize {
 #[test]
 fn generated_requests_get_documented_answers_and_the_server_lives_on() {
     let cases = std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(2000);
-    let server = Server::start(DECIDER, &["--max-state-tokens", "64", "--header-timeout", "2", "--body-timeout", "2"]);
+    // Timeouts short enough that the misbehaving clients' connections close during the run,
+    // long enough that a request of the fuzzer, slowed by the model on a loaded machine, is not
+    // cut off mid-body (tests/serve.rs tests the timeouts themselves).
+    let server = Server::start(DECIDER, &["--max-state-tokens", "64", "--header-timeout", "5", "--body-timeout", "20"]);
+    // A fresh connection per request: a pooled one the server has closed would fail the next
+    // POST on the client's side (ureq does not retry POSTs), which says nothing of the server.
+    let agent = ureq::AgentBuilder::new().max_idle_connections(0).build();
     let known = json!({"state": {"ticket": "printer jammed", "floor": 3}, "questions": {
         "team": {"type": "choice", "instructions": "Team?", "criteria": ["facilities", "it", "hr"]},
         "urgent": {"type": "noul", "instructions": "Urgent?"}}})
@@ -120,7 +126,7 @@ fn generated_requests_get_documented_answers_and_the_server_lives_on() {
         let statuses = std::sync::Mutex::new(std::collections::BTreeMap::<u16, usize>::new());
         let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
         let result = runner.run(&request(), |(method, path, content_type, body)| {
-            let mut call = ureq::request(method, &format!("{}{path}", server.base)).timeout(Duration::from_secs(120));
+            let mut call = agent.request(method, &format!("{}{path}", server.base)).timeout(Duration::from_secs(120));
             if let Some(content_type) = content_type {
                 call = call.set("content-type", content_type);
             }
