@@ -4,39 +4,19 @@
 use std::path::Path;
 
 use burn::backend::NdArray;
-use integration_tests::fixture_path;
-use safetensors::tensor::TensorView;
+use integration_tests::{fixture_copy, fixture_path, rewrite_tensors};
 use safetensors::{Dtype, SafeTensors};
 
 type B = NdArray;
 
 /// A copy of `dense/save_pretrained` in a temporary folder.
 fn dense_copy() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for file in ["config.json", "model.safetensors"] {
-        std::fs::copy(fixture_path(&format!("dense/save_pretrained/{file}")), dir.path().join(file)).unwrap();
-    }
-    dir
+    fixture_copy("dense/save_pretrained")
 }
 
-/// Rewrites `model.safetensors` in `dir` through `edit`, which gets each (name, dtype, shape,
-/// bytes) and returns the tensor to write instead, or `None` to drop it.
+/// Rewrites `model.safetensors` in `dir` through `edit` ([`rewrite_tensors`]).
 fn rewrite(dir: &Path, edit: impl Fn(&str, Dtype, Vec<usize>, Vec<u8>) -> Option<(Dtype, Vec<usize>, Vec<u8>)>) {
-    let path = dir.join("model.safetensors");
-    let bytes = std::fs::read(&path).unwrap();
-    let tensors = SafeTensors::deserialize(&bytes).unwrap();
-    let edited: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = tensors
-        .tensors()
-        .into_iter()
-        .filter_map(|(name, view)| {
-            edit(&name, view.dtype(), view.shape().to_vec(), view.data().to_vec()).map(|(d, s, b)| (name, d, s, b))
-        })
-        .collect();
-    let views: Vec<(String, TensorView)> = edited
-        .iter()
-        .map(|(name, dtype, shape, data)| (name.clone(), TensorView::new(*dtype, shape.clone(), data).unwrap()))
-        .collect();
-    safetensors::serialize_to_file(views, None, &path).unwrap();
+    rewrite_tensors(&dir.join("model.safetensors"), edit);
 }
 
 fn load_error(dir: &Path) -> String {
@@ -123,10 +103,7 @@ fn missing_weights_and_config_are_named() {
 
 #[test]
 fn untied_model_without_lm_head_names_it() {
-    let dir = tempfile::tempdir().unwrap();
-    for file in ["config.json", "model.safetensors"] {
-        std::fs::copy(fixture_path(&format!("moe/save_pretrained/{file}")), dir.path().join(file)).unwrap();
-    }
+    let dir = fixture_copy("moe/save_pretrained");
     rewrite(dir.path(), |name, d, s, b| (name != "lm_head.weight").then_some((d, s, b)));
     assert_eq!(load_error(dir.path()), "missing tensor `lm_head.weight` in the checkpoint");
 }
@@ -146,13 +123,7 @@ fn non_finite_weights_name_the_tensor() {
 
 /// A copy of `moe/hf_layout`: an index and two shards.
 fn sharded_copy() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let source = fixture_path("moe/hf_layout");
-    for entry in std::fs::read_dir(&source).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
-    }
-    dir
+    fixture_copy("moe/hf_layout")
 }
 
 #[test]
@@ -210,10 +181,7 @@ fn a_shard_outside_the_folder_is_refused() {
 fn an_expert_width_the_checkpoint_does_not_have_is_a_shape_error() {
     // Within its bound, but not the checkpoint's: the per-expert tensors are shape-checked
     // before the stacked experts are allocated (256 experts x 2,048 x 10^6 would be terabytes).
-    let dir = tempfile::tempdir().unwrap();
-    for file in ["config.json", "model.safetensors"] {
-        std::fs::copy(fixture_path(&format!("moe/save_pretrained/{file}")), dir.path().join(file)).unwrap();
-    }
+    let dir = fixture_copy("moe/save_pretrained");
     let path = dir.path().join("config.json");
     let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     config["moe_intermediate_size"] = 1_000_000.into();

@@ -1,17 +1,47 @@
 //! Helpers shared by the integration tests: fixture paths, the reference tensors written by
 //! `tests/fixtures/generate.py` (transformers 5.23.0), and the tolerance check.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub mod fuzz;
 pub mod server;
 
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
+use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 
 /// Path of a file under `tests/fixtures/`.
 pub fn fixture_path(relative: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(relative)
+}
+
+/// A copy of every file of the fixture folder `relative` in a temporary folder, to break.
+pub fn fixture_copy(relative: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(fixture_path(relative)).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+    }
+    dir
+}
+
+/// Rewrites the safetensors file at `path` through `edit`, which gets each (name, dtype, shape,
+/// bytes) and returns the tensor to write instead, or `None` to drop it.
+pub fn rewrite_tensors(path: &Path, edit: impl Fn(&str, Dtype, Vec<usize>, Vec<u8>) -> Option<(Dtype, Vec<usize>, Vec<u8>)>) {
+    let bytes = std::fs::read(path).unwrap();
+    let tensors = SafeTensors::deserialize(&bytes).unwrap();
+    let edited: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = tensors
+        .tensors()
+        .into_iter()
+        .filter_map(|(name, view)| {
+            edit(&name, view.dtype(), view.shape().to_vec(), view.data().to_vec()).map(|(d, s, b)| (name, d, s, b))
+        })
+        .collect();
+    let views: Vec<(String, TensorView)> = edited
+        .iter()
+        .map(|(name, dtype, shape, data)| (name.clone(), TensorView::new(*dtype, shape.clone(), data).unwrap()))
+        .collect();
+    safetensors::serialize_to_file(views, None, path).unwrap();
 }
 
 /// The two reference models.

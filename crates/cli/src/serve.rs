@@ -255,9 +255,40 @@ impl AppState {
         })
     }
 
-    /// Sends `work` of `admission`'s rows to the model thread.
-    fn enqueue(&self, work: Work, admission: queue::Admission) -> Result<(), ApiError> {
-        self.jobs.send(Job { work, admission }).map_err(|_| internal("the model thread has stopped"))
+    /// Plans a request with `plan`, off the async workers (tokenizing a long state is CPU
+    /// work). The blocking task owns the request and `reservation`: if the client hangs up
+    /// meanwhile, the body's memory stays reserved until the request is freed.
+    async fn plan<T: Send + 'static>(
+        self: &Arc<Self>,
+        reservation: Reservation,
+        plan: impl FnOnce(&Prompter) -> Result<T, DeciderError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let state = self.clone();
+        let planned = tokio::task::spawn_blocking(move || {
+            let planned = plan(&state.prompter); // the request, owned by `plan`, is freed here
+            drop(reservation);
+            planned
+        })
+        .await
+        .map_err(internal)?;
+        planned.map_err(|e| self.refused(&self.stats.errors, unprocessable(e)))
+    }
+
+    /// Admits `rows` rows, has the model thread run the work `job` makes of a reply sender, and
+    /// waits for its answer to `questions` questions.
+    async fn answer<T>(
+        &self,
+        rows: usize,
+        questions: usize,
+        job: impl FnOnce(oneshot::Sender<Result<T, DeciderError>>) -> Work,
+    ) -> Result<T, ApiError> {
+        let admission = self.admit(rows)?;
+        let (reply, answer) = oneshot::channel();
+        self.jobs.send(Job { work: job(reply), admission }).map_err(|_| internal("the model thread has stopped"))?;
+        let answer = answer.await.map_err(|_| model_failed()).and_then(|r| r.map_err(internal));
+        let answer = answer.map_err(|e| self.refused(&self.stats.errors, e))?;
+        self.stats.answered(questions);
+        Ok(answer)
     }
 
     /// Counts the request as abandoned unless [`ClientWatch::finished`] is called before it drops.
@@ -318,27 +349,10 @@ async fn answer_systemone(state: &Arc<AppState>, body: Value, reservation: Reser
     if has_assets {
         return Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "this server was started without image support (DECIDER_IMAGES=1)"));
     }
-    // Tokenizing a long state is CPU work: keep it off the async workers.
-    let planner = state.clone();
-    // The blocking task owns the request and its reservation: if the client hangs up meanwhile,
-    // the memory stays reserved until the request is freed.
-    let plan = tokio::task::spawn_blocking(move || {
-        let plan = planner.prompter.plan(&request);
-        drop((request, reservation));
-        plan
-    })
-    .await
-    .map_err(internal)?
-    .map_err(|e| state.refused(&state.stats.errors, unprocessable(e)))?;
+    let plan = state.plan(reservation, move |prompter| prompter.plan(&request)).await?;
     state.check_size(&plan.rows.iter().map(|r| r.ids.len()).collect::<Vec<_>>())?;
-    let admission = state.admit(plan.rows.len())?;
-    let questions = plan.questions.len();
-    let (reply, answer) = oneshot::channel();
-    state.enqueue(Work::SystemOne(plan, reply), admission)?;
-    let response = answer.await.map_err(|_| model_failed()).and_then(|r| r.map_err(internal));
-    let response = response.map_err(|e| state.refused(&state.stats.errors, e))?;
-    state.stats.answered(questions);
-    Ok(response)
+    let (rows, questions) = (plan.rows.len(), plan.questions.len());
+    state.answer(rows, questions, |reply| Work::SystemOne(plan, reply)).await
 }
 
 async fn decide(State(state): State<Arc<AppState>>, JsonBody(body, reservation): JsonBody) -> Result<axum::Json<Map<String, Value>>, ApiError> {
@@ -361,29 +375,15 @@ async fn answer_decide(state: &Arc<AppState>, body: Value, reservation: Reservat
     };
     let schema = body.get_mut("schema").map(Value::take).unwrap_or(Value::Null);
     drop(body);
-    // Validated and tokenized here, off the model thread, and held to the row limits like
+    // Validated and tokenized off the model thread, and held to the row limits like
     // `/v1/systemone` (an empty schema runs no row).
-    let planner = state.clone();
-    let plan = tokio::task::spawn_blocking(move || {
-        let plan = planner.prompter.plan_decide(&context, Some(&schema));
-        drop((context, schema, reservation));
-        plan
-    })
-    .await
-    .map_err(internal)?
-    .map_err(|e| state.refused(&state.stats.errors, unprocessable(e)))?;
+    let plan = state.plan(reservation, move |prompter| prompter.plan_decide(&context, Some(&schema))).await?;
     if plan.row_tokens() == 0 {
         return Ok(Map::new());
     }
     state.check_size(&[plan.row_tokens()])?;
-    let admission = state.admit(1)?;
     let questions = plan.questions();
-    let (reply, answer) = oneshot::channel();
-    state.enqueue(Work::Decide(plan, reply), admission)?;
-    let answers = answer.await.map_err(|_| model_failed()).and_then(|r| r.map_err(internal));
-    let answers = answers.map_err(|e| state.refused(&state.stats.errors, e))?;
-    state.stats.answered(questions);
-    Ok(answers)
+    state.answer(1, questions, |reply| Work::Decide(plan, reply)).await
 }
 
 /// `device` as the reference's `/health` spells it (`str(torch.device)`): `"cpu"` for a CPU
@@ -393,12 +393,17 @@ fn device_label(debug: &str) -> String {
 }
 
 /// An unknown route: FastAPI's 404 body.
-async fn not_found() -> (StatusCode, axum::Json<Value>) {
+/// Its body is read and dropped first, as a refused oversized one is (`body.rs`): a client still
+/// writing it would otherwise never read the answer.
+async fn not_found(body: axum::body::Body) -> (StatusCode, axum::Json<Value>) {
+    body::drain(body).await;
     (StatusCode::NOT_FOUND, axum::Json(json!({"detail": "Not Found"})))
 }
 
 /// A known route with another method: FastAPI's 405 body.
-async fn method_not_allowed() -> (StatusCode, axum::Json<Value>) {
+/// Its body is drained as [`not_found`]'s is.
+async fn method_not_allowed(body: axum::body::Body) -> (StatusCode, axum::Json<Value>) {
+    body::drain(body).await;
     (StatusCode::METHOD_NOT_ALLOWED, axum::Json(json!({"detail": "Method Not Allowed"})))
 }
 

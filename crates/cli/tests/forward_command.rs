@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use integration_tests::{Reference, fixture_path, relative_check};
+use integration_tests::{Reference, fixture_copy, fixture_path, relative_check, rewrite_tensors};
 
 fn decider() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_decider"));
@@ -114,27 +114,14 @@ fn bad_input_is_reported() {
 fn logits_that_overflow_exit_non_zero_and_write_nothing() {
     // Finite weights whose product overflows f32: a final norm of 3.4e38 scales the hidden
     // state past f32's range, so the logits are infinite or NaN.
-    let dir = tempfile::tempdir().unwrap();
-    for file in ["config.json", "model.safetensors"] {
-        std::fs::copy(fixture_path(&format!("dense/save_pretrained/{file}")), dir.path().join(file)).unwrap();
-    }
-    let path = dir.path().join("model.safetensors");
-    let bytes = std::fs::read(&path).unwrap();
-    let tensors = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let edited: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = tensors
-        .tensors()
-        .into_iter()
-        .map(|(name, view)| {
-            let mut data = view.data().to_vec();
-            if name == "model.norm.weight" {
-                assert_eq!(view.dtype(), safetensors::Dtype::BF16);
-                data.chunks_exact_mut(2).for_each(|b| b.copy_from_slice(&half::bf16::MAX.to_le_bytes()));
-            }
-            (name, view.dtype(), view.shape().to_vec(), data)
-        })
-        .collect();
-    let views: Vec<_> = edited.iter().map(|(n, d, s, b)| (n.clone(), safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap())).collect();
-    safetensors::serialize_to_file(views, None, &path).unwrap();
+    let dir = fixture_copy("dense/save_pretrained");
+    rewrite_tensors(&dir.path().join("model.safetensors"), |name, dtype, shape, mut data| {
+        if name == "model.norm.weight" {
+            assert_eq!(dtype, safetensors::Dtype::BF16);
+            data.chunks_exact_mut(2).for_each(|b| b.copy_from_slice(&half::bf16::MAX.to_le_bytes()));
+        }
+        Some((dtype, shape, data))
+    });
 
     let out = dir.path().join("logits.npy");
     let output = decider().args(["forward", "--model"]).arg(dir.path()).args(["--ids", "1,2,3", "--out"]).arg(&out).output().unwrap();

@@ -188,6 +188,11 @@ fn unknown_routes_and_methods_get_fastapi_json_bodies() {
     assert_eq!(server.post("/nothing", "{}"), (404, json!({"detail": "Not Found"})));
     assert_eq!(server.get("/v1/systemone"), (405, json!({"detail": "Method Not Allowed"})));
     assert_eq!(server.post("/health", "{}"), (405, json!({"detail": "Method Not Allowed"})));
+    // A client writes its whole body before it reads the answer: the server reads the body
+    // first, or the client's write fails with a broken pipe and the answer is lost.
+    let large = "x".repeat(3_000_000);
+    assert_eq!(server.post("/nothing", &large), (404, json!({"detail": "Not Found"})));
+    assert_eq!(server.post("/health", &large), (405, json!({"detail": "Method Not Allowed"})));
 }
 
 #[test]

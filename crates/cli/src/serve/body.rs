@@ -102,7 +102,7 @@ async fn read_limited(headers: &HeaderMap, mut body: Body, limit: usize, reserva
 }
 
 /// Reads and drops the rest of a body, up to `DRAIN_BYTES` and `DRAIN_TIME`.
-async fn drain(mut body: Body) {
+pub(super) async fn drain(mut body: Body) {
     let _ = tokio::time::timeout(DRAIN_TIME, async {
         let mut dropped = 0;
         while let Some(Ok(frame)) = body.frame().await {
