@@ -1,7 +1,8 @@
 //! `decider serve`: the reference's HTTP API (decider-ai 1.10.0's server) on axum.
 //!
 //! Requests are validated and tokenized on the async side; the model runs on one worker
-//! thread that owns it and answers requests in arrival order. Rows are admitted against a
+//! thread that owns it and answers requests in arrival order, those queued together scored
+//! together (their rows in shared batches). Rows are admitted against a
 //! queue bound (503 past it) after the size limits (413), and every question is validated
 //! before either (422), as in the reference.
 

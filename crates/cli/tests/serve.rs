@@ -376,6 +376,67 @@ fn clients_that_leave_free_their_place_and_their_work_is_dropped() {
     assert_eq!(status, 200, "{response}");
 }
 
+/// Requests that queue while the model is busy run together, their rows in shared batches, and
+/// each is answered as it is alone.
+#[test]
+fn requests_queued_together_are_scored_together_and_answered_as_alone() {
+    let server = server();
+    // A long state keeps the model busy while eight one-row requests queue behind it.
+    let long = json!({"state": "word ".repeat(30_000), "questions": {"q": {"type": "noul", "instructions": "Long?"}}}).to_string();
+    let requests: Vec<String> = (0..8)
+        .map(|i| {
+            let state = json!({"ticket": i, "text": "the printer is jammed again ".repeat(1 + 3 * i)});
+            let question = match i % 3 {
+                0 => json!({"type": "noul", "instructions": "Urgent?"}),
+                1 => json!({"type": "choice", "instructions": "Team?", "criteria": ["facilities", "it", "hr"]}),
+                _ => json!({"type": "score", "instructions": "How bad?", "criteria": ["0: fine", "1: bad", "2: awful"]}),
+            };
+            json!({"state": state, "questions": {"q": question}, "independent": false}).to_string()
+        })
+        .collect();
+    let together: Vec<(u16, Value)> = std::thread::scope(|scope| {
+        let busy = scope.spawn(|| server.post("/v1/systemone", &long));
+        wait_for_stats(&server, |s| s["outstanding_rows"].as_u64() == Some(1));
+        let clients: Vec<_> = requests.iter().map(|body| scope.spawn(|| server.post("/v1/systemone", body))).collect();
+        let answers = clients.into_iter().map(|c| c.join().expect("client")).collect();
+        assert_eq!(busy.join().expect("client").0, 200);
+        answers
+    });
+    let (_, stats) = server.get("/stats");
+    assert_eq!(stats["batch_hist"], json!({"1": 1, "8": 1}), "the long request, then the eight together: {stats}");
+    for (i, (body, (status, answer))) in requests.iter().zip(&together).enumerate() {
+        assert_eq!(*status, 200, "{answer}");
+        let (status, alone) = server.post("/v1/systemone", body);
+        assert_eq!(status, 200, "{alone}");
+        assert_close(answer, &alone, 1e-5, &format!("request {i}"));
+    }
+    let (_, stats) = server.get("/stats");
+    assert_eq!(stats["batch_hist"], json!({"1": 9, "8": 1}), "each alone: {stats}");
+}
+
+/// `a` equals `b` with numbers within `tolerance`.
+fn assert_close(a: &Value, b: &Value, tolerance: f64, at: &str) {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            assert!((x - y).abs() <= tolerance, "{at}: {x} vs {y}");
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            assert_eq!(x.keys().collect::<Vec<_>>(), y.keys().collect::<Vec<_>>(), "{at}");
+            for (key, value) in x {
+                assert_close(value, &y[key], tolerance, &format!("{at}.{key}"));
+            }
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            assert_eq!(x.len(), y.len(), "{at}");
+            for (k, (x, y)) in x.iter().zip(y).enumerate() {
+                assert_close(x, y, tolerance, &format!("{at}[{k}]"));
+            }
+        }
+        _ => assert_eq!(a, b, "{at}"),
+    }
+}
+
 /// `/stats` once `done` holds of it; panics after a minute.
 fn wait_for_stats(server: &Server, done: impl Fn(&Value) -> bool) -> Value {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);

@@ -147,13 +147,23 @@ impl<B: Qwen35Ops> Decider<B> {
 
     /// Answers a planned `/decide` form.
     pub fn answer_decide(&self, plan: &DecidePlan) -> Result<Map<String, Value>, DeciderError> {
-        let Some(row) = &plan.row else { return Ok(Map::new()) };
-        let probabilities = self.slot_probabilities(std::slice::from_ref(row))?;
-        Ok(plan.fields
+        Ok(plan.answers(&self.slot_probabilities(plan.rows())?))
+    }
+}
+
+impl DecidePlan {
+    /// The rows the form runs: its one row, or none for an empty schema.
+    pub fn rows(&self) -> &[Row] {
+        self.row.as_slice()
+    }
+
+    /// The form's answers from the probabilities of its row's slots.
+    pub fn answers(&self, slot_probabilities: &[Vec<f64>]) -> Map<String, Value> {
+        self.fields
             .iter()
-            .zip(probabilities)
+            .zip(slot_probabilities)
             .map(|((question, field), p)| {
-                let j = argmax(&p);
+                let j = argmax(p);
                 let mut answer = Map::new();
                 match field.kind {
                     "bool" => {
@@ -164,21 +174,21 @@ impl<B: Qwen35Ops> Decider<B> {
                         answer.insert("choice".into(), field.names[j].clone().into());
                         answer.insert("confidence".into(), py_round(p[j], 4).into());
                         answer.insert("type".into(), "choice".into());
-                        let probs = field.names.iter().zip(&p).map(|(n, x)| (n.clone(), py_round(*x, 4).into())).collect();
+                        let probs = field.names.iter().zip(p).map(|(n, x)| (n.clone(), py_round(*x, 4).into())).collect();
                         answer.insert("probabilities".into(), Value::Object(probs));
                     }
                     _ => {
-                        let score: f64 = field.keys.iter().zip(&p).map(|(k, x)| k * x).sum();
+                        let score: f64 = field.keys.iter().zip(p).map(|(k, x)| k * x).sum();
                         answer.insert("score".into(), py_round(score, 2).into());
                         answer.insert("confidence".into(), py_round(p[j], 4).into());
                         answer.insert("type".into(), "scale".into());
                         answer.insert("legend".into(), field.legend.clone());
-                        let probs = field.key_names.iter().zip(&p).map(|(k, x)| (k.clone(), py_round(*x, 4).into())).collect();
+                        let probs = field.key_names.iter().zip(p).map(|(k, x)| (k.clone(), py_round(*x, 4).into())).collect();
                         answer.insert("probabilities".into(), Value::Object(probs));
                     }
                 }
                 (question.clone(), Value::Object(answer))
             })
-            .collect())
+            .collect()
     }
 }

@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::answer::{assemble, argmax};
+use crate::batch::plan_batches;
 use crate::config::DeciderConfig;
 use crate::demo::{DEMO_DECIDER_CONFIG, demo_model};
 use crate::error::DeciderError;
@@ -20,9 +21,6 @@ use crate::tokenizer::MAX_OPTIONS;
 use crate::question::AnswerType;
 use crate::readout::probabilities;
 use crate::tokenizer::Tokenizer;
-
-/// Rows run together in one batch after a shared prefix.
-const MAX_BATCH_ROWS: usize = 16;
 
 /// The context cap of [`Decider::decide`] (and `/decide`).
 pub const DECIDE_MAX_CONTEXT_TOKENS: usize = 1536;
@@ -240,27 +238,44 @@ impl<B: Qwen35Ops> Decider<B> {
 
     /// Answers planned rows (the server plans first, to check limits before queueing).
     pub fn answer_plan(&self, plan: &Plan) -> Result<SystemOneResponse, DeciderError> {
-        let probabilities = self.slot_probabilities(&plan.rows)?;
-        Ok(SystemOneResponse {
+        Ok(self.respond(plan, &self.slot_probabilities(&plan.rows)?))
+    }
+
+    /// The response to `plan` from the probabilities of its slots.
+    pub fn respond(&self, plan: &Plan, slot_probabilities: &[Vec<f64>]) -> SystemOneResponse {
+        SystemOneResponse {
             model: self.name().to_string(),
-            answers: assemble(&plan.questions, &probabilities),
+            answers: assemble(&plan.questions, slot_probabilities),
             usage: Usage { input_tokens: plan.input_tokens(), output_tokens: 0 },
-        })
+        }
     }
 
     /// The option probabilities of every slot of `rows`, in row order, as f64 (from f32); an
     /// error if any slot's logits are not finite.
     pub fn slot_probabilities(&self, rows: &[Row]) -> Result<Vec<Vec<f64>>, DeciderError> {
-        let temperatures = self.prompter.slot_temperatures(rows);
-        let nopts = rows.iter().flat_map(|r| r.nopts.iter().copied());
-        let logits = self.slot_logits(rows);
-        if let Some(slot) = logits.iter().position(|l| l.iter().any(|x| !x.is_finite())) {
-            return Err(DeciderError::NonFinite(format!(
-                "the model's label logits at answer slot {slot} (of {}) are NaN or infinite: its weights or backend are broken, so nothing was answered",
-                logits.len()
-            )));
-        }
-        Ok(logits.iter().zip(nopts).zip(temperatures).map(|((logits, n), t)| probabilities(logits, n, t).into_iter().map(f64::from).collect()).collect())
+        self.slot_probabilities_of(&[rows]).pop().expect("one request, one result")
+    }
+
+    /// [`Decider::slot_probabilities`] of several requests' rows, scored together (what the
+    /// server does with the requests queued at once): a request's rows share their own state
+    /// prefix; rows without one, from any request, run in shared batches. One result per request,
+    /// so that non-finite logits fail only the request they belong to.
+    pub fn slot_probabilities_of(&self, requests: &[&[Row]]) -> Vec<Result<Vec<Vec<f64>>, DeciderError>> {
+        requests
+            .iter()
+            .zip(self.slot_logits_of(requests))
+            .map(|(rows, logits)| {
+                if let Some(slot) = logits.iter().position(|l| l.iter().any(|x| !x.is_finite())) {
+                    return Err(DeciderError::NonFinite(format!(
+                        "the model's label logits at answer slot {slot} (of {}) are NaN or infinite: its weights or backend are broken, so nothing was answered",
+                        logits.len()
+                    )));
+                }
+                let temperatures = self.prompter.slot_temperatures(rows);
+                let nopts = rows.iter().flat_map(|r| r.nopts.iter().copied());
+                Ok(logits.iter().zip(nopts).zip(temperatures).map(|((logits, n), t)| probabilities(logits, n, t).into_iter().map(f64::from).collect()).collect())
+            })
+            .collect()
     }
 
     /// `Decider.decide(context, questions)`: choice questions packed into one row after the
@@ -285,57 +300,99 @@ impl<B: Qwen35Ops> Decider<B> {
 
     /// The 255 label logits at every slot of `rows`, in row order.
     pub fn slot_logits(&self, rows: &[Row]) -> Vec<Vec<f32>> {
-        if rows.iter().all(|r| r.slots.is_empty()) {
-            return vec![];
-        }
-        // The shared prefix ends at least one token before the shortest row, so every row runs
-        // its own last token (its slot) past the fork.
-        let shortest = rows.iter().map(|r| r.ids.len()).min().unwrap_or(0);
-        let prefix = if self.share_prefix && rows.len() > 1 { common_prefix(rows).min(shortest.saturating_sub(1)) } else { 0 };
-        let mut prefix_cache = self.model.new_cache();
-        let prefix_hidden = (prefix > 0).then(|| self.model.hidden_states(self.ids(&rows[0].ids[..prefix]), &mut prefix_cache));
+        self.slot_logits_of(&[rows]).pop().expect("one request, one result")
+    }
 
-        let scored: Vec<&Row> = rows.iter().filter(|r| !r.slots.is_empty()).collect();
-        let mut slot_hidden = Vec::new();
-        if self.share_prefix {
-            // The rows' continuations run as batches, right-padded: causality keeps the padding
-            // from reaching any slot.
-            for batch in scored.chunks(MAX_BATCH_ROWS) {
-                let width = batch.iter().map(|r| r.ids.len() - prefix).max().unwrap_or(0);
-                let mut cache = if prefix > 0 { prefix_cache.repeat_batch(batch.len()) } else { self.model.new_cache() };
-                let ids: Vec<i64> = batch
-                    .iter()
-                    .flat_map(|r| r.ids[prefix..].iter().map(|&id| id as i64).chain(std::iter::repeat_n(0, width - (r.ids.len() - prefix))))
-                    .collect();
-                let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [batch.len(), width]), &self.device);
-                let hidden = self.model.hidden_states(ids, &mut cache);
-                for (b, row) in batch.iter().enumerate() {
-                    for &slot in &row.slots {
-                        slot_hidden.push(match &prefix_hidden {
-                            Some(p) if slot < prefix => p.clone().slice([0..1, slot..slot + 1]).flatten::<2>(0, 1),
-                            _ => hidden.clone().slice([b..b + 1, slot - prefix..slot - prefix + 1]).flatten::<2>(0, 1),
-                        });
-                    }
-                }
+    /// The label logits of every slot of several requests' rows, per request in row order.
+    fn slot_logits_of(&self, requests: &[&[Row]]) -> Vec<Vec<Vec<f32>>> {
+        // The hidden state at each slot, per request and row, filled as the batches run.
+        let mut slot_hidden: Vec<Vec<Vec<Tensor<B, 2>>>> = requests.iter().map(|rows| vec![Vec::new(); rows.len()]).collect();
+        let mut unshared = Vec::new();
+        for (r, rows) in requests.iter().enumerate() {
+            let scored = rows.iter().enumerate().filter(|(_, row)| !row.slots.is_empty()).map(|(i, row)| ((r, i), row));
+            let prefix = self.shared_prefix(rows);
+            if prefix == 0 {
+                unshared.extend(scored);
+                continue;
             }
-        } else {
-            for row in scored {
-                let hidden = self.model.hidden_states(self.ids(&row.ids), &mut self.model.new_cache());
-                for &slot in &row.slots {
-                    slot_hidden.push(hidden.clone().slice([0..1, slot..slot + 1]).flatten::<2>(0, 1));
-                }
+            // The state prefix runs once; its cache is forked for the rows' continuations.
+            let mut cache = self.model.new_cache();
+            let hidden = self.model.hidden_states(self.ids(&rows[0].ids[..prefix]), &mut cache);
+            let prefix = Prefix { len: prefix, cache, hidden };
+            for ((r, i), slots) in self.run_rows(&scored.collect::<Vec<_>>(), Some(&prefix)) {
+                slot_hidden[r][i] = slots;
             }
         }
-        let logits = Tensor::cat(slot_hidden, 0).matmul(self.label_weights.clone());
-        let [slots, labels] = logits.dims();
+        for ((r, i), slots) in self.run_rows(&unshared, None) {
+            slot_hidden[r][i] = slots;
+        }
+
+        let counts: Vec<usize> = slot_hidden.iter().map(|rows| rows.iter().map(Vec::len).sum()).collect();
+        let all: Vec<Tensor<B, 2>> = slot_hidden.into_iter().flatten().flatten().collect();
+        if all.is_empty() {
+            return vec![vec![]; requests.len()];
+        }
+        let logits = Tensor::cat(all, 0).matmul(self.label_weights.clone());
+        let [_, labels] = logits.dims();
         let values = logits.into_data().convert::<f32>().into_vec::<f32>().expect("f32 logits");
-        (0..slots).map(|s| values[s * labels..(s + 1) * labels].to_vec()).collect()
+        let mut slots = values.chunks(labels).map(<[f32]>::to_vec);
+        counts.iter().map(|&n| slots.by_ref().take(n).collect()).collect()
+    }
+
+    /// Tokens every row of `rows` starts with that run once for all of them: their common
+    /// prefix, ending at least one token before the shortest row so that every row runs its
+    /// own last token (its slot) past the fork; 0 for one row or when sharing is off.
+    fn shared_prefix(&self, rows: &[Row]) -> usize {
+        if !self.share_prefix || rows.len() < 2 {
+            return 0;
+        }
+        let shortest = rows.iter().map(|r| r.ids.len()).min().unwrap_or(0);
+        common_prefix(rows).min(shortest.saturating_sub(1))
+    }
+
+    /// The hidden state (`[1, hidden]`) at every slot of each of `rows` (keyed by the caller),
+    /// each row run after `prefix` or from scratch. Rows run in the batches [`plan_batches`]
+    /// groups them in, right-padded with id 0: causality keeps the padding from reaching any slot.
+    fn run_rows<K: Copy>(&self, rows: &[(K, &Row)], prefix: Option<&Prefix<B>>) -> Vec<(K, Vec<Tensor<B, 2>>)> {
+        let start = prefix.map_or(0, |p| p.len);
+        let lengths: Vec<usize> = rows.iter().map(|(_, row)| row.ids.len() - start).collect();
+        let mut out = Vec::with_capacity(rows.len());
+        for group in plan_batches(&lengths) {
+            let width = group.iter().map(|&i| lengths[i]).max().unwrap_or(0);
+            let ids: Vec<i64> = group
+                .iter()
+                .flat_map(|&i| rows[i].1.ids[start..].iter().map(|&id| id as i64).chain(std::iter::repeat_n(0, width - lengths[i])))
+                .collect();
+            let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [group.len(), width]), &self.device);
+            let mut cache = prefix.map_or_else(|| self.model.new_cache(), |p| p.cache.repeat_batch(group.len()));
+            let hidden = self.model.hidden_states(ids, &mut cache);
+            for (b, &i) in group.iter().enumerate() {
+                let (key, row) = rows[i];
+                let slots = row
+                    .slots
+                    .iter()
+                    .map(|&slot| match prefix {
+                        Some(p) if slot < start => p.hidden.clone().slice([0..1, slot..slot + 1]).flatten::<2>(0, 1),
+                        _ => hidden.clone().slice([b..b + 1, slot - start..slot - start + 1]).flatten::<2>(0, 1),
+                    })
+                    .collect();
+                out.push((key, slots));
+            }
+        }
+        out
     }
 
     fn ids(&self, ids: &[u32]) -> Tensor<B, 2, Int> {
         let values: Vec<i64> = ids.iter().map(|&id| id as i64).collect();
         Tensor::from_data(TensorData::new(values, [1, ids.len()]), &self.device)
     }
+}
+
+/// A state prefix run once for several rows: its length, the cache after it and its hidden states.
+struct Prefix<B: Qwen35Ops> {
+    len: usize,
+    cache: qwen35::ModelCache<B>,
+    hidden: Tensor<B, 3>,
 }
 
 /// `infer.neutralize_options` for one option: "none of the above"-like options read as

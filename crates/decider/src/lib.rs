@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod answer;
+pub mod batch;
 pub mod config;
 pub mod decide_form;
 pub mod demo;

@@ -42,6 +42,39 @@ fn shared_prefix_gives_the_answers_of_separate_rows() {
     assert_eq!(shared.answer(&request).unwrap(), separate.answer(&request).unwrap());
 }
 
+/// What the server does with the requests queued at once: rows of different requests (one-row
+/// requests, a several-row request with its shared state, a `/decide` row, an empty request)
+/// scored together, single rows padded into shared batches, give each request the
+/// probabilities it gets scored alone at batch 1.
+#[test]
+fn requests_scored_together_answer_as_scored_alone() {
+    let decider = Decider::<B>::demo(&Default::default());
+    let one = |state: Value, id: &str| {
+        let questions = json!({id: questions()[id].clone()}).as_object().unwrap().clone();
+        decider.prompter().plan(&SystemOneRequest::new(state, questions)).unwrap().rows
+    };
+    let long_state = json!({"log": (0..60).map(|i| format!("event {i}: the order was updated")).collect::<Vec<_>>()});
+    let requests = [
+        one(json!("short"), "urgent"),
+        decider.prompter().plan(&SystemOneRequest::new(state(), questions())).unwrap().rows,
+        one(long_state, "team"),
+        vec![],
+        decider.prompter().plan_decide("My card was charged twice.", Some(&json!({"Refund?": {"type": "bool"}}))).unwrap().rows().to_vec(),
+        one(state(), "wide"),
+    ];
+    let lengths: Vec<usize> = requests.iter().filter(|r| r.len() == 1).map(|r| r[0].ids.len()).collect();
+    assert!(lengths.iter().max() > lengths.iter().min(), "single rows of unequal length, so some are padded: {lengths:?}");
+    let together = decider.slot_probabilities_of(&requests.iter().map(Vec::as_slice).collect::<Vec<_>>());
+    assert_eq!(together.len(), requests.len());
+    for (i, (rows, together)) in requests.iter().zip(together).enumerate() {
+        let alone = decider.slot_probabilities(rows).unwrap();
+        let together = together.unwrap();
+        assert_eq!(together.len(), alone.len(), "request {i}: one answer per slot");
+        let worst = together.iter().flatten().zip(alone.iter().flatten()).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+        assert!(worst < 1e-5, "request {i}: together and alone differ by {worst}");
+    }
+}
+
 #[test]
 fn answers_have_the_reference_shape() {
     let decider = Decider::<B>::demo(&Default::default());

@@ -4,14 +4,17 @@
 //! with the job and is released when the model thread has answered or dropped it, so the bound
 //! counts the model's real backlog, and a client that leaves cannot make room for more work
 //! than the model will do. A job whose client has gone (its reply's receiver dropped with the
-//! request) is dropped unrun.
+//! request) is dropped unrun. The model thread takes the requests queued when it is free and
+//! scores their rows together.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 
+use decider::batch::MAX_BATCH_ROWS;
 use decider::decide_form::DecidePlan;
-use decider::{Decider, DeciderError, Plan, SystemOneResponse};
+use decider::{Decider, DeciderError, Plan, Row, SystemOneResponse};
 use qwen35::Qwen35Ops;
 use serde_json::{Map, Value};
 use tokio::sync::oneshot;
@@ -61,10 +64,19 @@ impl Work {
         }
     }
 
-    fn rows(&self) -> usize {
+    fn rows(&self) -> &[Row] {
         match self {
-            Work::SystemOne(plan, _) => plan.rows.len(),
-            Work::Decide(..) => 1,
+            Work::SystemOne(plan, _) => &plan.rows,
+            Work::Decide(plan, _) => plan.rows(),
+        }
+    }
+
+    /// Sends the answer made of the work's slot probabilities.
+    fn reply<B: Qwen35Ops>(self, decider: &Decider<B>, probabilities: Result<Vec<Vec<f64>>, DeciderError>) {
+        // A client that left meanwhile drops the answer.
+        match self {
+            Work::SystemOne(plan, reply) => drop(reply.send(probabilities.map(|p| decider.respond(&plan, &p)))),
+            Work::Decide(plan, reply) => drop(reply.send(probabilities.map(|p| plan.answers(&p)))),
         }
     }
 }
@@ -74,27 +86,54 @@ pub(super) struct Job {
     pub admission: Admission,
 }
 
-/// Answers jobs in arrival order until every sender is dropped.
+/// Rows the model thread takes from the queue to run together (more when one request has more).
+/// Requests queued while the model works are answered together, their rows sharing batches
+/// (`decider::batch`); the bound keeps the first of them from waiting on many more.
+const COLLECT_ROWS: usize = 2 * MAX_BATCH_ROWS;
+
+/// Answers jobs until every sender is dropped: each time, the jobs queued by then, in arrival
+/// order, up to [`COLLECT_ROWS`] rows, scored together.
 pub(super) fn answer_jobs<B: Qwen35Ops>(decider: &Decider<B>, inbox: mpsc::Receiver<Job>, stats: &Stats) {
-    for Job { work, admission } in inbox {
-        if work.abandoned() {
-            continue; // its admission drops here
+    let mut waiting = VecDeque::new();
+    loop {
+        if waiting.is_empty() {
+            match inbox.recv() {
+                Ok(job) => waiting.push_back(job),
+                Err(_) => return,
+            }
         }
-        stats.ran(work.rows());
-        match work {
-            Work::SystemOne(plan, reply) => answer(admission, reply, || decider.answer_plan(&plan)),
-            Work::Decide(plan, reply) => answer(admission, reply, || decider.answer_decide(&plan)),
+        waiting.extend(inbox.try_iter());
+        // A job whose client has gone is dropped unrun, its admission with it.
+        waiting.retain(|job: &Job| !job.work.abandoned());
+        let mut jobs = Vec::new();
+        let mut rows = 0;
+        while let Some(job) = waiting.front() {
+            let more = job.work.rows().len();
+            if !jobs.is_empty() && rows + more > COLLECT_ROWS {
+                break;
+            }
+            rows += more;
+            jobs.extend(waiting.pop_front());
+        }
+        if !jobs.is_empty() {
+            stats.ran(&jobs.iter().map(|job| job.work.rows().len()).collect::<Vec<_>>());
+            answer(decider, jobs);
         }
     }
 }
 
-/// Runs one job and sends its answer, its rows out of the backlog before the client hears back.
-/// A backend that panics on one request (out of device memory, say) fails that request with a
-/// 500, its reply dropped; the model thread goes on with the next.
-fn answer<T>(admission: Admission, reply: oneshot::Sender<T>, run: impl FnOnce() -> T) {
-    let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run));
-    drop(admission);
-    if let Ok(answer) = answer {
-        let _ = reply.send(answer);
+/// Scores the jobs' rows together and sends each its answer, its rows out of the backlog before
+/// the client hears back. A backend that panics (out of device memory, say) fails these
+/// requests with a 500, their replies dropped; the model thread goes on with the next.
+fn answer<B: Qwen35Ops>(decider: &Decider<B>, jobs: Vec<Job>) {
+    let (works, admissions): (Vec<Work>, Vec<Admission>) = jobs.into_iter().map(|job| (job.work, job.admission)).unzip();
+    let probabilities = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        decider.slot_probabilities_of(&works.iter().map(Work::rows).collect::<Vec<_>>())
+    }));
+    drop(admissions);
+    if let Ok(probabilities) = probabilities {
+        for (work, probabilities) in works.into_iter().zip(probabilities) {
+            work.reply(decider, probabilities);
+        }
     }
 }

@@ -12,7 +12,7 @@ use super::limits::Limits;
 pub(super) struct Stats {
     /// Requests answered.
     pub requests: AtomicU64,
-    /// Model-thread jobs run (one per request: its rows run as one job).
+    /// Times the model thread ran the requests queued then, together.
     pub batches: AtomicU64,
     /// Questions answered.
     pub decisions: AtomicU64,
@@ -29,7 +29,7 @@ pub(super) struct Stats {
     /// Requests whose client closed the connection while they were tokenized, queued or run;
     /// queued work is dropped unrun. Not a reference field.
     pub abandoned: AtomicU64,
-    /// Jobs by their number of rows.
+    /// Batches by their number of rows.
     batch_hist: Mutex<BTreeMap<usize, u64>>,
 }
 
@@ -44,13 +44,13 @@ impl Stats {
         self.decisions.fetch_add(questions as u64, Ordering::Relaxed);
     }
 
-    /// The model thread ran a job of `rows` rows.
-    pub fn ran(&self, rows: usize) {
+    /// The model thread ran requests of these numbers of rows together.
+    pub fn ran(&self, requests: &[usize]) {
         Self::count(&self.batches);
+        let rows: usize = requests.iter().sum();
         self.rows.fetch_add(rows as u64, Ordering::Relaxed);
-        if rows > 1 {
-            Self::count(&self.shared_prefix_requests);
-        }
+        let shared = requests.iter().filter(|&&rows| rows > 1).count();
+        self.shared_prefix_requests.fetch_add(shared as u64, Ordering::Relaxed);
         *self.batch_hist.lock().unwrap_or_else(|e| e.into_inner()).entry(rows).or_default() += 1;
     }
 
