@@ -80,7 +80,7 @@ impl GenericTask for &DecideArgs {
             self.backend,
             loaded.as_secs_f64(),
             start.elapsed().as_secs_f64(),
-            if self.model.is_demo() { " (demo model: random weights, the answers mean nothing)" } else { "" }
+            if self.model.is_random() { " (random weights: the answers mean nothing)" } else { "" }
         );
         Ok(())
     }

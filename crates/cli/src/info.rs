@@ -31,7 +31,7 @@ impl GenericTask for &InfoArgs {
             "source": decider.source(),
             "backend": self.backend.to_string(),
             "weights": self.weights.format.to_string(),
-            "random_weights": self.model.is_demo(),
+            "random_weights": self.model.is_random(),
             "release_date": config.release_date,
             "layers": layers.len(),
             "layer_types": layers,

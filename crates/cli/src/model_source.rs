@@ -1,6 +1,8 @@
 //! `--model`: a local model folder, `demo` (a tiny random-weight Qwen3.5 built in memory, with
-//! the Qwen3.5 test tokenizer; it needs nothing on disk), or a Hugging Face Hub id such as
-//! `Mapika/decider-2b` (downloaded into the Hub cache on first use, feature `hub`).
+//! the Qwen3.5 test tokenizer; it needs nothing on disk), `random:CONFIG` (the demo's random
+//! weights and tokenizer at the widths of a `config.json`, for speed and memory measurements), or
+//! a Hugging Face Hub id such as `Mapika/decider-2b` (downloaded into the Hub cache on first use,
+//! feature `hub`).
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -22,6 +24,8 @@ pub struct WeightsArg {
 #[derive(Clone, Debug)]
 pub enum ModelSource {
     Demo,
+    /// `random:CONFIG`: seeded random weights at the widths of a `config.json`.
+    Random(PathBuf),
     Folder(PathBuf),
     /// `owner/name` on the Hugging Face Hub.
     Hub(String),
@@ -34,6 +38,12 @@ impl FromStr for ModelSource {
         if s == "demo" {
             return Ok(Self::Demo);
         }
+        if let Some(config) = s.strip_prefix("random:") {
+            return match PathBuf::from(config) {
+                path if path.is_file() => Ok(Self::Random(path)),
+                _ => Err(format!("{s}: random: takes a config.json file, and {config} is not one")),
+            };
+        }
         let path = PathBuf::from(s);
         if path.is_dir() {
             return Ok(Self::Folder(path));
@@ -44,7 +54,7 @@ impl FromStr for ModelSource {
             return Ok(Self::Hub(s.to_string()));
         }
         Err(format!(
-            "{s} is not a model folder (a folder with config.json, the weights, tokenizer.json and decider_config.json), a Hub id (owner/name), nor `demo`"
+            "{s} is not a model folder (a folder with config.json, the weights, tokenizer.json and decider_config.json), a Hub id (owner/name), `demo`, nor `random:CONFIG`"
         ))
     }
 }
@@ -54,6 +64,7 @@ impl std::fmt::Display for ModelSource {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         match self {
             Self::Demo => f.write_str("demo"),
+            Self::Random(config) => write!(f, "random:{}", config.display()),
             Self::Folder(dir) => write!(f, "{}", dir.display()),
             Self::Hub(id) => f.write_str(id),
         }
@@ -64,7 +75,7 @@ impl ModelSource {
     /// The tokenizer and `decider_config.json` only (no weights).
     pub fn prompter(&self) -> anyhow::Result<Prompter> {
         let dir = match self {
-            Self::Demo => return Ok(Prompter::demo()),
+            Self::Demo | Self::Random(_) => return Ok(Prompter::demo()),
             Self::Folder(dir) => dir.clone(),
             Self::Hub(id) => hub::download(id, false)?,
         };
@@ -73,30 +84,50 @@ impl ModelSource {
 
     /// The whole model on backend `B`, its projections and experts in `weights`.
     pub fn load<B: Qwen35Ops>(&self, weights: WeightFormat, device: &B::Device) -> anyhow::Result<Decider<B>> {
-        let Some(dir) = self.weights_dir(weights)? else { return Ok(Decider::demo(device)) };
+        let dir = match self.weights(weights)? {
+            Weights::Folder(dir) => dir,
+            Weights::Random(config) => {
+                return Ok(Decider::new(demo::random_model(&config, device), Prompter::demo(), device, self.to_string())?);
+            }
+        };
         Decider::load_with_weights(&dir, weights, device).with_context(|| format!("loading the model in {}", dir.display()))
     }
 
     /// The network alone (no tokenizer or decider config), for `decider forward`.
     pub fn network<B: Qwen35Ops>(&self, weights: WeightFormat, device: &B::Device) -> anyhow::Result<(Qwen35Config, Qwen35Model<B>)> {
-        let Some(dir) = self.weights_dir(weights)? else { return Ok((demo::demo_config(), demo::demo_model(device))) };
+        let dir = match self.weights(weights)? {
+            Weights::Folder(dir) => dir,
+            Weights::Random(config) => {
+                let model = demo::random_model(&config, device);
+                return Ok((config, model));
+            }
+        };
         qwen35::load_model_with_weights(&dir, weights, device).with_context(|| format!("loading the model in {}", dir.display()))
     }
 
-    /// The folder holding the weights (downloaded for a Hub id); `None` for the demo model.
-    fn weights_dir(&self, weights: WeightFormat) -> anyhow::Result<Option<PathBuf>> {
-        match self {
-            Self::Demo if weights == WeightFormat::F32 => Ok(None),
-            Self::Demo => anyhow::bail!("the demo model is built in f32 in memory; --weights {weights} applies to model folders and Hub ids"),
-            Self::Folder(dir) => Ok(Some(dir.clone())),
-            Self::Hub(id) => hub::download(id, true).map(Some),
+    /// Where the weights come from (the folder downloaded for a Hub id).
+    fn weights(&self, weights: WeightFormat) -> anyhow::Result<Weights> {
+        if self.is_random() && weights != WeightFormat::F32 {
+            anyhow::bail!("{self} is built in f32 in memory; --weights {weights} applies to model folders and Hub ids");
         }
+        Ok(match self {
+            Self::Demo => Weights::Random(demo::demo_config()),
+            Self::Random(path) => Weights::Random(Qwen35Config::from_file(path).with_context(|| format!("reading {}", path.display()))?),
+            Self::Folder(dir) => Weights::Folder(dir.clone()),
+            Self::Hub(id) => Weights::Folder(hub::download(id, true)?),
+        })
     }
 
-    /// Whether answers come from random weights.
-    pub fn is_demo(&self) -> bool {
-        matches!(self, Self::Demo)
+    /// Whether answers come from random weights (`demo`, `random:CONFIG`).
+    pub fn is_random(&self) -> bool {
+        matches!(self, Self::Demo | Self::Random(_))
     }
+}
+
+enum Weights {
+    Folder(PathBuf),
+    /// Seeded random weights for this config.
+    Random(Qwen35Config),
 }
 
 /// Hugging Face Hub downloads into the shared Hub cache (`HF_HOME`, as Python's huggingface_hub).

@@ -137,7 +137,7 @@ impl ServeArgs {
 
 impl GenericTask for &ServeArgs {
     fn run<B: Qwen35Ops>(self, device: &B::Device) -> anyhow::Result<()> {
-        let demo = if self.model.is_demo() { " (demo model: random weights)" } else { "" };
+        let demo = if self.model.is_random() { " (random weights)" } else { "" };
         serve::<B>(self, device, shutdown_signal(), |name, addr| {
             println!("decider serving {name} on http://{addr} with backend {}{demo}", self.backend);
         })?;

@@ -49,12 +49,43 @@ fn bad_arguments_say_what_is_wrong() {
     let (ok, _, stderr) = decider(&["decide", "--model", "demo", "--state", "s", "--question", r#"{"type": "choice", "instructions": "x", "criteria": ["a"]}"#]);
     assert!(!ok && stderr.contains("choice criteria: a map of 2..255 options"), "{stderr}");
     let (ok, _, stderr) = decider(&["info", "--model", "demo", "--weights", "q8"]);
-    assert!(!ok && stderr.contains("the demo model is built in f32 in memory; --weights q8 applies to model folders"), "{stderr}");
+    assert!(!ok && stderr.contains("demo is built in f32 in memory; --weights q8 applies to model folders"), "{stderr}");
+    let (ok, _, stderr) = decider(&["info", "--model", "random:/no/such/config.json"]);
+    assert!(!ok && stderr.contains("random: takes a config.json file, and /no/such/config.json is not one"), "{stderr}");
     let (ok, _, stderr) = decider(&["info", "--model", "/no/such/folder"]);
     assert!(!ok && stderr.contains("/no/such/folder is not a model folder"), "{stderr}");
     // A Hub id that cannot be fetched (no network here, or no such repository) says which.
     let (ok, _, stderr) = decider(&["info", "--model", "nobody-here/no-such-decider"]);
     assert!(!ok && stderr.contains("downloading nobody-here/no-such-decider from the Hugging Face Hub"), "{stderr}");
+}
+
+/// `random:CONFIG`: the demo's random weights and tokenizer at a config's widths (here the MoE
+/// test model's, its vocabulary widened to the tokenizer's).
+#[test]
+fn a_random_model_takes_the_widths_of_a_config() {
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/moe/hf_layout/config.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+    let (layers, hidden) = (config["text_config"]["num_hidden_layers"].clone(), config["text_config"]["hidden_size"].clone());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.json");
+    // Its own 256-token vocabulary cannot hold the tokenizer's ids: refused, saying so.
+    std::fs::write(&path, config.to_string()).unwrap();
+    let source = format!("random:{}", path.display());
+    let (ok, _, stderr) = decider(&["info", "--model", &source]);
+    assert!(!ok && stderr.contains("but the model's embedding has 256 rows"), "{stderr}");
+
+    config["text_config"]["vocab_size"] = json!(248_320);
+    std::fs::write(&path, config.to_string()).unwrap();
+    let (ok, stdout, stderr) = decider(&["info", "--model", &source]);
+    assert!(ok, "{stderr}");
+    let info: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!((&info["layers"], &info["hidden_size"], &info["random_weights"]), (&layers, &hidden, &json!(true)), "{info}");
+    assert_eq!(info["layer_types"][0], "linear_attention + moe");
+    assert_eq!(info["source"], source);
+    let (ok, stdout, stderr) = decider(&["decide", "--model", &source, "--state", "s", "--question", r#"{"type": "noul", "instructions": "Up?"}"#]);
+    assert!(ok, "{stderr}");
+    let noul = serde_json::from_str::<Value>(&stdout).unwrap()["answers"]["q1"]["noul"].as_f64().expect("a noul answer");
+    assert!((0.0..=1.0).contains(&noul));
 }
 
 #[test]

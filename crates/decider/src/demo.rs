@@ -34,7 +34,13 @@ pub fn demo_config() -> Qwen35Config {
 /// The demo network on `device`: the same weights on every backend and platform, because they
 /// are drawn on the host from a ChaCha8 stream per parameter.
 pub fn demo_model<B: Backend>(device: &B::Device) -> Qwen35Model<B> {
-    demo_config().init::<B>(device).map(&mut SeededWeights { next_stream: 0 })
+    random_model(&demo_config(), device)
+}
+
+/// A network of any config with the demo's seeded random weights: the real widths for speed and
+/// memory measurements without a checkpoint (`--model random:CONFIG`).
+pub fn random_model<B: Backend>(config: &Qwen35Config, device: &B::Device) -> Qwen35Model<B> {
+    config.init::<B>(device).map(&mut SeededWeights { next_stream: 0 })
 }
 
 /// Replaces every float parameter, in module order, with uniform values in ±1/√fan_in

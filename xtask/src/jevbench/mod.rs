@@ -116,12 +116,12 @@ impl GenericTask for &JevbenchArgs {
             }
             None => {
                 let decider = self.model.load::<B>(self.weights.format, device)?;
-                let meta = meta(self, decider.name(), decider.source(), self.model.is_demo());
+                let meta = meta(self, decider.name(), decider.source(), self.model.is_random());
                 run_and_report(self, &mut InProcess(&decider), meta)?
             }
         };
         print!("{}", report::table(&summary));
-        if self.model.is_demo() && self.endpoint.is_none() {
+        if self.model.is_random() && self.endpoint.is_none() {
             println!("demo model: random weights, so accuracy near chance is expected.");
         }
         println!("wrote {}/{{results.json, records.jsonl, report.html}}", self.out.display());
