@@ -29,8 +29,9 @@ enum Task {
         #[arg(long, default_value = "python3")]
         python: String,
     },
-    /// Run the criterion benchmarks: the 2B-shaped forward, the two special ops (specialised vs
-    /// generic vs naive) and the chunked delta rule, on every backend of this platform.
+    /// Run the benchmarks: the 2B-shaped forward, the two special ops (specialised vs generic vs
+    /// naive) and the chunked delta rule on every backend of this platform, and the server's
+    /// decisions/s with 16 clients at once against one at a time.
     Bench,
     /// Run the 231 JevBench public items against a model (in-process) or an endpoint and score
     /// them as JevBench does; writes results.json, records.jsonl and report.html.
@@ -78,7 +79,8 @@ fn main() -> anyhow::Result<()> {
             run(cargo().args(["bench", "-p", "qwen35", "--bench", "forward"]))?;
             run(cargo().args(["bench", "-p", "decider", "--bench", "shared_prefix"]))?;
             run(cargo().args(["bench", "-p", "decider-ops", "--bench", "ops", "--features", "candle,wgpu"]))?;
-            run(cargo().args(["bench", "-p", "integration-tests", "--bench", "delta_rule", "--features", "candle,wgpu"]))
+            run(cargo().args(["bench", "-p", "integration-tests", "--bench", "delta_rule", "--features", "candle,wgpu"]))?;
+            run(cargo().args(["bench", "-p", "decider-cli", "--bench", "serve_load"]))
         }
     }
 }
