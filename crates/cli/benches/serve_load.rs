@@ -1,5 +1,5 @@
 //! Decisions per second of a real `decider serve` process: 16 clients at once against one client
-//! at a time, on the same server, with the same short decision (about 128 tokens, one yes/no
+//! at a time, on the same server, with the same short decision (140 tokens, one yes/no
 //! question). Clients at once let the server score the requests queued together in shared
 //! batches; the ratio of the two rates is what that batching buys. Prints the server's batches
 //! and its peak resident memory.
@@ -75,7 +75,7 @@ fn load_phases(server: &Server, body: &str, requests: usize, tokens: u64) {
     println!("  server peak resident: {:8.0} MiB", memory_mib(server.child.id(), "VmHWM:"));
 }
 
-/// A one-question decision on a state of about 100 tokens.
+/// A one-question decision of 140 tokens.
 fn decision() -> String {
     let state = json!({
         "ticket": {"id": 4471, "channel": "email", "subject": "Charged twice for one order",

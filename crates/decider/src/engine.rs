@@ -199,7 +199,8 @@ impl<B: Qwen35Ops> Decider<B> {
         Ok(self)
     }
 
-    /// Runs each row from scratch instead of sharing the common prefix (for comparisons).
+    /// Runs each row from scratch and alone, at batch 1, instead of sharing the common prefix
+    /// and batches: the plain path the shared ones are compared with.
     pub fn with_shared_prefix(mut self, share: bool) -> Self {
         self.share_prefix = share;
         self
@@ -305,13 +306,13 @@ impl<B: Qwen35Ops> Decider<B> {
 
     /// The label logits of every slot of several requests' rows, per request in row order.
     fn slot_logits_of(&self, requests: &[&[Row]]) -> Vec<Vec<Vec<f32>>> {
-        // The hidden state at each slot, per request and row, filled as the batches run.
-        let mut slot_hidden: Vec<Vec<Vec<Tensor<B, 2>>>> = requests.iter().map(|rows| vec![Vec::new(); rows.len()]).collect();
+        // Per request and row, the logits of the row's slots, filled as the batches run.
+        let mut logits: Vec<Vec<Vec<Vec<f32>>>> = requests.iter().map(|rows| vec![Vec::new(); rows.len()]).collect();
         let mut unshared = Vec::new();
         for (r, rows) in requests.iter().enumerate() {
-            let scored = rows.iter().enumerate().filter(|(_, row)| !row.slots.is_empty()).map(|(i, row)| ((r, i), row));
+            let scored: Vec<_> = rows.iter().enumerate().filter(|(_, row)| !row.slots.is_empty()).map(|(i, row)| ((r, i), row)).collect();
             let prefix = self.shared_prefix(rows);
-            if prefix == 0 {
+            if prefix == 0 || scored.is_empty() {
                 unshared.extend(scored);
                 continue;
             }
@@ -319,24 +320,14 @@ impl<B: Qwen35Ops> Decider<B> {
             let mut cache = self.model.new_cache();
             let hidden = self.model.hidden_states(self.ids(&rows[0].ids[..prefix]), &mut cache);
             let prefix = Prefix { len: prefix, cache, hidden };
-            for ((r, i), slots) in self.run_rows(&scored.collect::<Vec<_>>(), Some(&prefix)) {
-                slot_hidden[r][i] = slots;
+            for ((r, i), slots) in self.run_rows(&scored, Some(&prefix)) {
+                logits[r][i] = slots;
             }
         }
         for ((r, i), slots) in self.run_rows(&unshared, None) {
-            slot_hidden[r][i] = slots;
+            logits[r][i] = slots;
         }
-
-        let counts: Vec<usize> = slot_hidden.iter().map(|rows| rows.iter().map(Vec::len).sum()).collect();
-        let all: Vec<Tensor<B, 2>> = slot_hidden.into_iter().flatten().flatten().collect();
-        if all.is_empty() {
-            return vec![vec![]; requests.len()];
-        }
-        let logits = Tensor::cat(all, 0).matmul(self.label_weights.clone());
-        let [_, labels] = logits.dims();
-        let values = logits.into_data().convert::<f32>().into_vec::<f32>().expect("f32 logits");
-        let mut slots = values.chunks(labels).map(<[f32]>::to_vec);
-        counts.iter().map(|&n| slots.by_ref().take(n).collect()).collect()
+        logits.into_iter().map(|rows| rows.into_iter().flatten().collect()).collect()
     }
 
     /// Tokens every row of `rows` starts with that run once for all of them: their common
@@ -350,14 +341,16 @@ impl<B: Qwen35Ops> Decider<B> {
         common_prefix(rows).min(shortest.saturating_sub(1))
     }
 
-    /// The hidden state (`[1, hidden]`) at every slot of each of `rows` (keyed by the caller),
-    /// each row run after `prefix` or from scratch. Rows run in the batches [`plan_batches`]
-    /// groups them in, right-padded with id 0: causality keeps the padding from reaching any slot.
-    fn run_rows<K: Copy>(&self, rows: &[(K, &Row)], prefix: Option<&Prefix<B>>) -> Vec<(K, Vec<Tensor<B, 2>>)> {
+    /// The label logits at every slot of each of `rows` (keyed by the caller), each row run
+    /// after `prefix` or from scratch. Rows run in the batches [`plan_batches`] groups them in
+    /// (each alone when sharing is off), right-padded with id 0: causality keeps the padding
+    /// from reaching any slot.
+    fn run_rows<K: Copy>(&self, rows: &[(K, &Row)], prefix: Option<&Prefix<B>>) -> Vec<(K, Vec<Vec<f32>>)> {
         let start = prefix.map_or(0, |p| p.len);
         let lengths: Vec<usize> = rows.iter().map(|(_, row)| row.ids.len() - start).collect();
+        let groups = if self.share_prefix { plan_batches(&lengths) } else { (0..rows.len()).map(|i| vec![i]).collect() };
         let mut out = Vec::with_capacity(rows.len());
-        for group in plan_batches(&lengths) {
+        for group in groups {
             let width = group.iter().map(|&i| lengths[i]).max().unwrap_or(0);
             let ids: Vec<i64> = group
                 .iter()
@@ -366,20 +359,37 @@ impl<B: Qwen35Ops> Decider<B> {
             let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [group.len(), width]), &self.device);
             let mut cache = prefix.map_or_else(|| self.model.new_cache(), |p| p.cache.repeat_batch(group.len()));
             let hidden = self.model.hidden_states(ids, &mut cache);
+            // Each slot's position in this batch's hidden states, or in the prefix's when the
+            // slot lies in it.
+            let (mut in_batch, mut in_prefix) = (Vec::new(), Vec::new());
             for (b, &i) in group.iter().enumerate() {
+                for &slot in &rows[i].1.slots {
+                    if slot < start { in_prefix.push(slot) } else { in_batch.push(b * width + slot - start) }
+                }
+            }
+            let mut batch_logits = self.label_logits(hidden, &in_batch).into_iter();
+            let mut prefix_logits = prefix.map(|p| self.label_logits(p.hidden.clone(), &in_prefix)).unwrap_or_default().into_iter();
+            for &i in &group {
                 let (key, row) = rows[i];
-                let slots = row
-                    .slots
-                    .iter()
-                    .map(|&slot| match prefix {
-                        Some(p) if slot < start => p.hidden.clone().slice([0..1, slot..slot + 1]).flatten::<2>(0, 1),
-                        _ => hidden.clone().slice([b..b + 1, slot - start..slot - start + 1]).flatten::<2>(0, 1),
-                    })
-                    .collect();
-                out.push((key, slots));
+                let slots = row.slots.iter().map(|&slot| if slot < start { prefix_logits.next() } else { batch_logits.next() });
+                out.push((key, slots.map(|l| l.expect("one logit row per slot")).collect()));
             }
         }
         out
+    }
+
+    /// The label logits at `positions` of `hidden` (`[rows, len, hidden]`, positions counted
+    /// row after row), on the host: a batch's hidden states are freed before the next runs.
+    fn label_logits(&self, hidden: Tensor<B, 3>, positions: &[usize]) -> Vec<Vec<f32>> {
+        if positions.is_empty() {
+            return vec![];
+        }
+        let [rows, len, width] = hidden.dims();
+        let index = Tensor::<B, 1, Int>::from_data(TensorData::new(positions.iter().map(|&p| p as i64).collect::<Vec<_>>(), [positions.len()]), &self.device);
+        let logits = hidden.reshape([rows * len, width]).select(0, index).matmul(self.label_weights.clone());
+        let [_, labels] = logits.dims();
+        let values = logits.into_data().convert::<f32>().into_vec::<f32>().expect("f32 logits");
+        values.chunks(labels).map(<[f32]>::to_vec).collect()
     }
 
     fn ids(&self, ids: &[u32]) -> Tensor<B, 2, Int> {

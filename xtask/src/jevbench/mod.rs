@@ -122,7 +122,7 @@ impl GenericTask for &JevbenchArgs {
         };
         print!("{}", report::table(&summary));
         if self.model.is_random() && self.endpoint.is_none() {
-            println!("demo model: random weights, so accuracy near chance is expected.");
+            println!("random weights: accuracy near chance is expected.");
         }
         println!("wrote {}/{{results.json, records.jsonl, report.html}}", self.out.display());
         Ok(())

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 
-use decider::batch::MAX_BATCH_ROWS;
+use decider::batch::{MAX_BATCH_ROWS, MAX_BATCH_TOKENS};
 use decider::decide_form::DecidePlan;
 use decider::{Decider, DeciderError, Plan, Row, SystemOneResponse};
 use qwen35::Qwen35Ops;
@@ -86,13 +86,29 @@ pub(super) struct Job {
     pub admission: Admission,
 }
 
-/// Rows the model thread takes from the queue to run together (more when one request has more).
-/// Requests queued while the model works are answered together, their rows sharing batches
-/// (`decider::batch`); the bound keeps the first of them from waiting on many more.
+impl Job {
+    fn rows(&self) -> &[Row] {
+        self.work.rows()
+    }
+
+    /// Sends the job's answer, its rows out of the backlog before the client hears back. A
+    /// panic while the answer is put together fails this request alone (its reply dropped: a 500).
+    fn reply<B: Qwen35Ops>(self, decider: &Decider<B>, probabilities: Result<Vec<Vec<f64>>, DeciderError>) {
+        let Job { work, admission } = self;
+        drop(admission);
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work.reply(decider, probabilities)));
+    }
+}
+
+/// Rows and tokens the model thread takes from the queue to run together (more when the first
+/// request alone has more). Requests queued while the model works are answered together, their
+/// rows sharing batches (`decider::batch`); the bounds keep the first of them from waiting on
+/// much more work than its own.
 const COLLECT_ROWS: usize = 2 * MAX_BATCH_ROWS;
+const COLLECT_TOKENS: usize = 2 * MAX_BATCH_TOKENS;
 
 /// Answers jobs until every sender is dropped: each time, the jobs queued by then, in arrival
-/// order, up to [`COLLECT_ROWS`] rows, scored together.
+/// order, within [`COLLECT_ROWS`] and [`COLLECT_TOKENS`], scored together.
 pub(super) fn answer_jobs<B: Qwen35Ops>(decider: &Decider<B>, inbox: mpsc::Receiver<Job>, stats: &Stats) {
     let mut waiting = VecDeque::new();
     loop {
@@ -105,35 +121,36 @@ pub(super) fn answer_jobs<B: Qwen35Ops>(decider: &Decider<B>, inbox: mpsc::Recei
         waiting.extend(inbox.try_iter());
         // A job whose client has gone is dropped unrun, its admission with it.
         waiting.retain(|job: &Job| !job.work.abandoned());
-        let mut jobs = Vec::new();
-        let mut rows = 0;
+        let (mut jobs, mut rows, mut tokens) = (Vec::new(), 0, 0);
         while let Some(job) = waiting.front() {
-            let more = job.work.rows().len();
-            if !jobs.is_empty() && rows + more > COLLECT_ROWS {
+            let (more_rows, more_tokens) = (job.rows().len(), job.rows().iter().map(|r| r.ids.len()).sum::<usize>());
+            if !jobs.is_empty() && (rows + more_rows > COLLECT_ROWS || tokens + more_tokens > COLLECT_TOKENS) {
                 break;
             }
-            rows += more;
+            (rows, tokens) = (rows + more_rows, tokens + more_tokens);
             jobs.extend(waiting.pop_front());
         }
         if !jobs.is_empty() {
-            stats.ran(&jobs.iter().map(|job| job.work.rows().len()).collect::<Vec<_>>());
+            stats.ran(&jobs.iter().map(|job| job.rows().len()).collect::<Vec<_>>());
             answer(decider, jobs);
         }
     }
 }
 
-/// Scores the jobs' rows together and sends each its answer, its rows out of the backlog before
-/// the client hears back. A backend that panics (out of device memory, say) fails these
-/// requests with a 500, their replies dropped; the model thread goes on with the next.
+/// Scores the jobs' rows together and sends each its answer. A backend that panics (out of
+/// device memory, say) on jobs run together has each rerun alone, so that only the request that
+/// caused it fails, with a 500 (its reply dropped); the model thread goes on with the next.
 fn answer<B: Qwen35Ops>(decider: &Decider<B>, jobs: Vec<Job>) {
-    let (works, admissions): (Vec<Work>, Vec<Admission>) = jobs.into_iter().map(|job| (job.work, job.admission)).unzip();
-    let probabilities = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        decider.slot_probabilities_of(&works.iter().map(Work::rows).collect::<Vec<_>>())
-    }));
-    drop(admissions);
-    if let Ok(probabilities) = probabilities {
-        for (work, probabilities) in works.into_iter().zip(probabilities) {
-            work.reply(decider, probabilities);
+    let run = |rows: &[&[Row]]| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decider.slot_probabilities_of(rows)));
+    match run(&jobs.iter().map(Job::rows).collect::<Vec<_>>()) {
+        Ok(results) => jobs.into_iter().zip(results).for_each(|(job, result)| job.reply(decider, result)),
+        Err(_) if jobs.len() > 1 => {
+            for job in jobs {
+                if let Ok(mut result) = run(&[job.rows()]) {
+                    job.reply(decider, result.pop().expect("one request, one result"));
+                }
+            }
         }
+        Err(_) => {}
     }
 }
