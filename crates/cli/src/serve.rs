@@ -275,17 +275,21 @@ impl AppState {
         planned.map_err(|e| self.refused(&self.stats.errors, unprocessable(e)))
     }
 
-    /// Admits `rows` rows, has the model thread run the work `job` makes of a reply sender, and
-    /// waits for its answer to `questions` questions.
+    /// Admits `rows` rows and the `plan_bytes` their plan holds (in the memory budget until it
+    /// is answered), has the model thread run the work `job` makes of a reply sender, and waits
+    /// for its answer to `questions` questions.
     async fn answer<T>(
         &self,
         rows: usize,
+        plan_bytes: usize,
         questions: usize,
         job: impl FnOnce(oneshot::Sender<Result<T, DeciderError>>) -> Work,
     ) -> Result<T, ApiError> {
+        let mut memory = self.memory.reservation();
+        memory.grow(plan_bytes, "its rows and questions").map_err(|e| self.refused_by_status(e))?;
         let admission = self.admit(rows)?;
         let (reply, answer) = oneshot::channel();
-        self.jobs.send(Job { work: job(reply), admission }).map_err(|_| internal("the model thread has stopped"))?;
+        self.jobs.send(Job { work: job(reply), admission, memory }).map_err(|_| internal("the model thread has stopped"))?;
         let answer = answer.await.map_err(|_| model_failed()).and_then(|r| r.map_err(internal));
         let answer = answer.map_err(|e| self.refused(&self.stats.errors, e))?;
         self.stats.answered(questions);
@@ -352,8 +356,8 @@ async fn answer_systemone(state: &Arc<AppState>, body: Value, reservation: Reser
     }
     let plan = state.plan(reservation, move |prompter| prompter.plan(&request)).await?;
     state.check_size(&plan.rows.iter().map(|r| r.ids.len()).collect::<Vec<_>>())?;
-    let (rows, questions) = (plan.rows.len(), plan.questions.len());
-    state.answer(rows, questions, |reply| Work::SystemOne(plan, reply)).await
+    let (rows, bytes, questions) = (plan.rows.len(), plan.heap_bytes(), plan.questions.len());
+    state.answer(rows, bytes, questions, |reply| Work::SystemOne(plan, reply)).await
 }
 
 async fn decide(State(state): State<Arc<AppState>>, JsonBody(body, reservation): JsonBody) -> Result<axum::Json<Map<String, Value>>, ApiError> {
@@ -383,8 +387,8 @@ async fn answer_decide(state: &Arc<AppState>, body: Value, reservation: Reservat
         return Ok(Map::new());
     }
     state.check_size(&[plan.row_tokens()])?;
-    let questions = plan.questions();
-    state.answer(1, questions, |reply| Work::Decide(plan, reply)).await
+    let (bytes, questions) = (plan.heap_bytes(), plan.questions());
+    state.answer(1, bytes, questions, |reply| Work::Decide(plan, reply)).await
 }
 
 /// `device` as the reference's `/health` spells it (`str(torch.device)`): `"cpu"` for a CPU

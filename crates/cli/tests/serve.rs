@@ -326,6 +326,30 @@ fn bodies_are_parsed_within_the_memory_budget() {
     assert_eq!((stats["rejected_too_large"].as_u64(), stats["memory_held_bytes"].as_u64()), (Some(1), Some(0)), "{stats}");
 }
 
+/// A small body can plan to many rows (every question repeats the state): the plan's token ids
+/// are held in the memory budget while the request waits for the model, and released after.
+#[test]
+fn queued_rows_are_held_in_the_memory_budget() {
+    let questions: serde_json::Map<String, Value> =
+        (0..100).map(|i| (format!("q{i}"), json!({"type": "noul", "instructions": format!("Is fact {i} true?")}))).collect();
+    let body = json!({"state": "word ".repeat(3000), "questions": questions}).to_string();
+    assert!(body.len() < 64 << 10, "a body of {} bytes", body.len());
+    // 100 rows of over 3,000 tokens: over 1.2 MB of token ids.
+    let small = Server::start(DECIDER, &["--max-memory", "1"]);
+    let (status, response) = small.post("/v1/systemone", &body);
+    assert_eq!(status, 413, "{response}");
+    let detail = response["detail"].as_str().unwrap();
+    assert!(detail.starts_with("request too large for memory: its rows and questions needs 2 MiB, the limit is 1 MiB"), "{detail}");
+    assert_eq!(small.get("/stats").1["memory_held_bytes"], 0);
+    drop(small);
+
+    let roomy = Server::start(DECIDER, &["--max-memory", "3"]);
+    let (status, response) = roomy.post("/v1/systemone", &body);
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(response["answers"].as_object().unwrap().len(), 100);
+    assert_eq!(roomy.get("/stats").1["memory_held_bytes"], 0, "released once answered");
+}
+
 #[test]
 fn a_body_over_the_limit_gets_a_413_the_client_can_read() {
     let server = Server::start(DECIDER, &["--max-body-bytes", "100000"]);

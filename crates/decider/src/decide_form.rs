@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use crate::answer::{argmax, py_round};
 use crate::engine::{DECIDE_MAX_CONTEXT_TOKENS, Decider, Prompter, neutralize};
 use crate::error::DeciderError;
-use crate::prompt::{Row, RowQuestion, context_ids, row};
+use crate::prompt::{Row, RowQuestion, context_ids, row, strings_heap_bytes};
 use crate::python_json::{py_repr, py_str, py_type_name};
 use crate::question::AnswerType;
 use crate::tokenizer::MAX_OPTIONS;
@@ -155,6 +155,19 @@ impl DecidePlan {
     /// The rows the form runs: its one row, or none for an empty schema.
     pub fn rows(&self) -> &[Row] {
         self.row.as_slice()
+    }
+
+    /// About the bytes the plan holds on the heap (what a server holds while it is queued).
+    pub fn heap_bytes(&self) -> usize {
+        let fields: usize = self
+            .fields
+            .iter()
+            .map(|(question, f)| {
+                let strings = strings_heap_bytes(&f.shown) + strings_heap_bytes(&f.names) + strings_heap_bytes(&f.key_names);
+                size_of::<(String, Field)>() + question.len() + strings + f.keys.len() * size_of::<f64>() + f.legend.to_string().len()
+            })
+            .sum();
+        fields + self.rows().iter().map(Row::heap_bytes).sum::<usize>()
     }
 
     /// The form's answers from the probabilities of its row's slots.

@@ -57,6 +57,24 @@ impl Plan {
     pub fn input_tokens(&self) -> usize {
         unique_tokens(&self.rows)
     }
+
+    /// About the bytes the plan holds on the heap (what a server holds while it is queued).
+    pub fn heap_bytes(&self) -> usize {
+        let questions: usize = self.questions.iter().map(|q| size_of::<PlannedQuestion>() + q.id.len() + q.question.heap_bytes()).sum();
+        questions + self.rows.iter().map(Row::heap_bytes).sum::<usize>()
+    }
+}
+
+impl Row {
+    /// About the bytes the row holds on the heap: its ids and per-slot entries.
+    pub fn heap_bytes(&self) -> usize {
+        size_of::<Row>() + self.ids.len() * size_of::<u32>() + self.slots.len() * (size_of::<usize>() * 2 + size_of::<AnswerType>())
+    }
+}
+
+/// About the bytes `strings` hold on the heap.
+pub(crate) fn strings_heap_bytes(strings: &[String]) -> usize {
+    strings.iter().map(|s| size_of::<String>() + s.len()).sum()
 }
 
 /// How to lay a request out.

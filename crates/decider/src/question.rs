@@ -21,6 +21,14 @@ pub enum AnswerType {
     Noul,
 }
 
+impl RenderedQuestion {
+    /// About the bytes the question holds on the heap.
+    pub fn heap_bytes(&self) -> usize {
+        use crate::prompt::strings_heap_bytes;
+        self.text.len() + strings_heap_bytes(&self.options) + strings_heap_bytes(&self.names) + strings_heap_bytes(&self.legend)
+    }
+}
+
 impl AnswerType {
     /// The wire name (`"choice"`, `"score"`, `"noul"`).
     pub fn as_str(self) -> &'static str {

@@ -19,6 +19,7 @@ use qwen35::Qwen35Ops;
 use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 
+use super::memory::Reservation;
 use super::stats::Stats;
 
 /// Rows admitted and not yet answered or dropped, over all requests.
@@ -84,6 +85,8 @@ impl Work {
 pub(super) struct Job {
     pub work: Work,
     pub admission: Admission,
+    /// The plan's bytes in the memory budget.
+    pub memory: Reservation,
 }
 
 impl Job {
@@ -91,11 +94,12 @@ impl Job {
         self.work.rows()
     }
 
-    /// Sends the job's answer, its rows out of the backlog before the client hears back. A
-    /// panic while the answer is put together fails this request alone (its reply dropped: a 500).
+    /// Sends the job's answer, its rows out of the backlog and its memory out of the budget
+    /// before the client hears back. A panic while the answer is put together fails this
+    /// request alone (its reply dropped: a 500).
     fn reply<B: Qwen35Ops>(self, decider: &Decider<B>, probabilities: Result<Vec<Vec<f64>>, DeciderError>) {
-        let Job { work, admission } = self;
-        drop(admission);
+        let Job { work, admission, memory } = self;
+        drop((admission, memory));
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work.reply(decider, probabilities)));
     }
 }
