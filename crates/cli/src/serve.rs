@@ -197,6 +197,10 @@ pub fn serve<B: Qwen35Ops>(
         .with_state(state.clone());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
+        // Polled once now, so that a shutdown signal's handlers are in place before the start-up
+        // line tells anyone the server is there (a SIGTERM before them would kill it outright).
+        let mut shutdown = Box::pin(shutdown);
+        let _ = shutdown.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
         let listener = tokio::net::TcpListener::bind(&args.addr).await.with_context(|| format!("binding {}", args.addr))?;
         ready(&state.prompter.config.model_name, listener.local_addr()?);
         listener::serve(listener, app, timeouts, shutdown).await;

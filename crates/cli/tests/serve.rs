@@ -583,12 +583,17 @@ fn concurrent_load_is_answered_or_refused_with_503() {
 #[cfg(unix)]
 #[test]
 fn sigterm_shuts_down_gracefully() {
+    let sigterm = |server: &Server| assert!(Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().unwrap().success());
     let mut server = Server::start(DECIDER, &[]);
     assert_eq!(server.get("/health").0, 200);
-    let status = Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().unwrap();
-    assert!(status.success());
+    sigterm(&server);
     let exit = server.child.wait().unwrap();
     assert!(exit.success(), "exit status {exit}");
+    // At once after the start-up line: the handlers are already in place.
+    let mut server = Server::start(DECIDER, &[]);
+    sigterm(&server);
+    let (exit, log) = server.exit();
+    assert!(exit.success() && log.contains("decider: shut down"), "exit status {exit}; log:\n{log}");
 }
 
 #[test]
