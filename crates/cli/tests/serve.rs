@@ -501,6 +501,8 @@ fn idle_and_slow_clients_are_closed_in_time_and_do_not_starve_others() {
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains("request body timeout: the body did not arrive within 2 s"), "{answer}");
     assert!(start.elapsed() < Duration::from_secs(10), "the 408 came after {:?}", start.elapsed());
+    assert_eq!(server.get("/stats").1["timed_out"], 1, "the 408 is counted");
+    assert!(server.log().contains("decider: refused status=408 detail="), "and logged:\n{}", server.log());
     // The idle connections are closed by the header timeout.
     for mut stream in idle {
         stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();

@@ -42,7 +42,8 @@ impl FromRequest<Arc<AppState>> for JsonBody {
             .await
             .map_err(|_| {
                 let seconds = limits.body_timeout.as_secs();
-                ApiError::new(StatusCode::REQUEST_TIMEOUT, format!("request body timeout: the body did not arrive within {seconds} s (--body-timeout, DECIDER_BODY_TIMEOUT)"))
+                let message = format!("request body timeout: the body did not arrive within {seconds} s (--body-timeout, DECIDER_BODY_TIMEOUT)");
+                state.refused(&state.stats.timed_out, ApiError::new(StatusCode::REQUEST_TIMEOUT, message))
             })?
             .map_err(|e| state.refused_by_status(e))?;
         // Scanning and parsing a large body takes long: not on the async workers.

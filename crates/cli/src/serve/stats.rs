@@ -29,6 +29,8 @@ pub(super) struct Stats {
     /// Requests whose client closed the connection while they were tokenized, queued or run;
     /// queued work is dropped unrun. Not a reference field.
     pub abandoned: AtomicU64,
+    /// 408s: bodies that did not arrive within `--body-timeout`. Not a reference field.
+    pub timed_out: AtomicU64,
     /// Batches by their number of rows.
     batch_hist: Mutex<BTreeMap<usize, u64>>,
 }
@@ -72,6 +74,7 @@ impl Stats {
             "rejected_too_large": get(&self.rejected_too_large),
             "rejected_overloaded": get(&self.rejected_overloaded),
             "abandoned": get(&self.abandoned),
+            "timed_out": get(&self.timed_out),
             "batch_hist": batch_hist,
             "bucket_hist": {},
             "outstanding_rows": outstanding_rows,
