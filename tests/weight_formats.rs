@@ -8,66 +8,49 @@
 //! f16 scale), so its f32 load and its q8 load hold the same numbers.
 #![allow(deprecated)] // burn-candle is deprecated upstream from 0.21; still a supported backend here.
 
-use std::path::Path;
-
 use burn::module::{Module, Param, ParamId};
 use burn::tensor::{Distribution, Tensor, TensorData};
 use decider_ops::{Q8_BLOCK, dequantize_q8, q8_values, quantize_q8};
-use integration_tests::{LAYOUTS, MODELS, RUNS, Reference, fixture_path, relative_check};
+use integration_tests::{LAYOUTS, MODELS, RUNS, Reference, fixture_copy, fixture_path, relative_check, rewrite_tensors};
 use qwen35::decoder::{FeedForward, TokenMixer};
 use qwen35::format::Q8Weight;
 use qwen35::moe::{Experts, FloatExperts, Q8Experts, SparseMoe, SparseMoeConfig};
 use qwen35::projection::Projection;
 use qwen35::{Qwen35Ops, WeightFormat};
-use safetensors::tensor::TensorView;
-use safetensors::{Dtype, SafeTensors};
+use safetensors::Dtype;
 
 const TOLERANCE: f32 = 1e-4;
 
 /// A copy of a fixture folder whose float weights of whole-block rows are Q8_0 round trips
 /// (written as f32).
 fn rounded_copy(folder: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(fixture_path(folder)).unwrap() {
+    let dir = fixture_copy(folder);
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
         let path = entry.unwrap().path();
-        let target = dir.path().join(path.file_name().unwrap());
-        match path.extension().and_then(|e| e.to_str()) {
-            Some("safetensors") => round_file(&path, &target),
-            _ => drop(std::fs::copy(&path, &target).unwrap()),
+        if path.extension().is_some_and(|e| e == "safetensors") {
+            rewrite_tensors(&path, round_tensor);
         }
     }
     dir
 }
 
-fn round_file(source: &Path, target: &Path) {
-    let bytes = std::fs::read(source).unwrap();
-    let tensors = SafeTensors::deserialize(&bytes).unwrap();
-    let rewritten: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = tensors
-        .tensors()
-        .into_iter()
-        .map(|(name, view)| {
-            let shape = view.shape().to_vec();
-            let whole_blocks = shape.len() >= 2 && shape[shape.len() - 1] % Q8_BLOCK == 0;
-            let values: Option<Vec<f32>> = match view.dtype() {
-                Dtype::F32 => Some(view.data().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()),
-                Dtype::BF16 => Some(view.data().chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect()),
-                _ => None,
-            };
-            match values {
-                Some(values) if whole_blocks => {
-                    let (q, scales) = quantize_q8(&values, shape[shape.len() - 1]);
-                    let rounded: Vec<u8> = dequantize_q8(&q, &scales).iter().flat_map(|v| v.to_le_bytes()).collect();
-                    (name, Dtype::F32, shape, rounded)
-                }
-                _ => (name, view.dtype(), shape, view.data().to_vec()),
-            }
-        })
-        .collect();
-    let views: Vec<(String, TensorView)> = rewritten
-        .iter()
-        .map(|(name, dtype, shape, data)| (name.clone(), TensorView::new(*dtype, shape.clone(), data).unwrap()))
-        .collect();
-    safetensors::serialize_to_file(views, None, target).unwrap();
+/// A float tensor whose rows are whole Q8_0 blocks, as its Q8_0 round trip in f32; any other
+/// tensor as it is.
+fn round_tensor(_: &str, dtype: Dtype, shape: Vec<usize>, data: Vec<u8>) -> Option<(Dtype, Vec<usize>, Vec<u8>)> {
+    let whole_blocks = shape.len() >= 2 && shape[shape.len() - 1] % Q8_BLOCK == 0;
+    let values: Option<Vec<f32>> = match dtype {
+        Dtype::F32 => Some(data.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()),
+        Dtype::BF16 => Some(data.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect()),
+        _ => None,
+    };
+    Some(match values {
+        Some(values) if whole_blocks => {
+            let (q, scales) = quantize_q8(&values, shape[shape.len() - 1]);
+            let rounded: Vec<u8> = dequantize_q8(&q, &scales).iter().flat_map(|v| v.to_le_bytes()).collect();
+            (Dtype::F32, shape, rounded)
+        }
+        _ => (dtype, shape, data),
+    })
 }
 
 fn values<B: Qwen35Ops, const D: usize>(tensor: Tensor<B, D>) -> Vec<f32> {

@@ -32,7 +32,7 @@ fn main() {
     let loading = Instant::now();
     let server = Server::spawn(command);
     assert!(!server.base.is_empty(), "the server did not start: {}", server.log());
-    let loaded = memory_mib(server.child.id(), "VmRSS:");
+    let loaded = memory_mib(&server, "VmRSS:");
     println!("serve_load: --model {model}, loaded in {:.1} s, resident {loaded:.0} MiB", loading.elapsed().as_secs_f64());
 
     let body = decision();
@@ -51,7 +51,7 @@ fn main() {
         let start = Instant::now();
         let (status, answer) = server.post("/v1/systemone", &long);
         assert_eq!(status, 200, "{answer}");
-        let peak = memory_mib(server.child.id(), "VmHWM:");
+        let peak = memory_mib(&server, "VmHWM:");
         println!(
             "  a state cut to 32,768 tokens ({} tokens in all): {:.1} s, peak resident {peak:.0} MiB, {:.0} MiB over the resident after loading",
             answer["usage"]["input_tokens"],
@@ -72,7 +72,7 @@ fn load_phases(server: &Server, body: &str, requests: usize, tokens: u64) {
     println!("  1 client at a time:   {one_at_a_time:8.2} decisions/s");
     println!("  {CLIENTS} clients at once:   {at_once:8.2} decisions/s in {batches} model runs (batch_hist over both phases {})", stats["batch_hist"]);
     println!("  ratio:                {:8.2}x", at_once / one_at_a_time);
-    println!("  server peak resident: {:8.0} MiB", memory_mib(server.child.id(), "VmHWM:"));
+    println!("  server peak resident: {:8.0} MiB", memory_mib(server, "VmHWM:"));
 }
 
 /// A one-question decision of 140 tokens.
@@ -101,10 +101,7 @@ fn rate(server: &Server, body: &str, clients: usize, total: usize) -> f64 {
     total as f64 / start.elapsed().as_secs_f64()
 }
 
-/// A memory figure of the process in MiB: `VmRSS:` (resident now) or `VmHWM:` (peak resident)
-/// from Linux's `/proc/PID/status`; 0 elsewhere.
-fn memory_mib(pid: u32, field: &str) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib: f64 = status.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0.0);
-    kib / 1024.0
+/// A memory figure of the server in MiB ([`Server::memory_bytes`]; 0 where there is none).
+fn memory_mib(server: &Server, field: &str) -> f64 {
+    server.memory_bytes(field).unwrap_or(0) as f64 / (1 << 20) as f64
 }

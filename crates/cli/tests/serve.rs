@@ -229,13 +229,10 @@ fn size_limits_give_413_and_a_long_state_is_truncated() {
 
 }
 
-/// The process's peak resident memory in bytes (`VmHWM` of `/proc/<pid>/status`).
+/// The server's peak resident memory in bytes.
 #[cfg(target_os = "linux")]
-fn peak_resident_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/<pid>/status");
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("a VmHWM line");
-    let kib: u64 = line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("VmHWM in kB");
-    kib * 1024
+fn peak_resident_bytes(server: &Server) -> u64 {
+    server.memory_bytes("VmHWM:").expect("a VmHWM line in /proc/<pid>/status")
 }
 
 #[cfg(target_os = "linux")]
@@ -260,7 +257,7 @@ fn a_state_of_32768_tokens_answers_in_bounded_memory() {
     let probabilities = response["answers"]["kind"]["probabilities"].as_object().expect("choice probabilities");
     let total: f64 = probabilities.values().map(|p| p.as_f64().unwrap()).sum();
     assert!((total - 1.0).abs() < 1e-3, "{response}");
-    let peak = peak_resident_bytes(server.child.id());
+    let peak = peak_resident_bytes(&server);
     println!("32,768-token state: peak resident {:.0} MiB", peak as f64 / (1 << 20) as f64);
     assert!(peak < LIMIT, "peak resident memory {peak} bytes, the bound is {LIMIT}");
     assert_eq!(server.get("/health").0, 200);
@@ -276,11 +273,11 @@ fn a_large_state_costs_memory_by_its_token_cap_not_its_size() {
     let server = Server::start(DECIDER, &["--max-state-tokens", "512"]);
     let state: Vec<Value> = (0..600_000).map(|i| json!([i % 10])).collect();
     let body = json!({"state": state, "questions": {"q": {"type": "noul", "instructions": "Is it long?"}}}).to_string();
-    let before = peak_resident_bytes(server.child.id());
+    let before = peak_resident_bytes(&server);
     let (status, response) = server.post("/v1/systemone", &body);
     assert_eq!(status, 200, "{response}");
     assert!(response["usage"]["input_tokens"].as_u64().unwrap() < 600, "the state is cut to 512 tokens: {response}");
-    let growth = peak_resident_bytes(server.child.id()).saturating_sub(before);
+    let growth = peak_resident_bytes(&server).saturating_sub(before);
     println!("{} MB body: peak resident grew by {:.0} MiB", body.len() / 1_000_000, growth as f64 / (1 << 20) as f64);
     assert!(growth < GROWTH_LIMIT, "peak resident memory grew by {growth} bytes for a {} byte body", body.len());
 }
@@ -297,12 +294,12 @@ fn bodies_are_parsed_within_the_memory_budget() {
     let server = Server::start(DECIDER, &["--max-memory", "1024", "--max-state-tokens", "64"]);
     let state: Vec<Value> = (0..1_000_000).map(|i| json!([i % 10])).collect();
     let body = json!({"state": state, "questions": {"q": {"type": "noul", "instructions": "Long?"}}}).to_string();
-    let before = peak_resident_bytes(server.child.id());
+    let before = peak_resident_bytes(&server);
     let results: Vec<(u16, Value)> = std::thread::scope(|scope| {
         let clients: Vec<_> = (0..8).map(|_| scope.spawn(|| server.post("/v1/systemone", &body))).collect();
         clients.into_iter().map(|c| c.join().unwrap()).collect()
     });
-    let growth = peak_resident_bytes(server.child.id()).saturating_sub(before);
+    let growth = peak_resident_bytes(&server).saturating_sub(before);
     let answered = results.iter().filter(|(s, _)| *s == 200).count();
     for (status, response) in &results {
         assert!(*status == 200 || *status == 503, "{status}: {response}");
