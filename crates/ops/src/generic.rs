@@ -87,8 +87,8 @@ fn diagonal_blocks<B: Backend>(a: Tensor<B, 3>, b: usize) -> Tensor<B, 4> {
         .slice([0..batch, 0..count, 0..b, 0..b])
 }
 
-/// `x · Wᵀ` with the Q8_0 weight dequantized first (`[out, in / 32, 32]` values times their
-/// block's scale), then one float matmul.
+/// `round_q8(x) · Wᵀ` with the Q8_0 weight dequantized first (`[out, in / 32, 32]` values times
+/// their block's scale), then one float matmul on the rounded activations.
 pub fn q8_matmul<B: Backend>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales: Tensor<B, 2>) -> Tensor<B, 2> {
     let [out, d_in] = values.dims();
     let [n, _] = x.dims();
@@ -98,7 +98,21 @@ pub fn q8_matmul<B: Backend>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales:
     }
     let blocks = d_in / crate::Q8_BLOCK;
     let weight = values.float().reshape([out, blocks, crate::Q8_BLOCK]) * scales.reshape([out, blocks, 1]);
-    x.matmul(weight.reshape([out, d_in]).transpose())
+    round_activations_q8(x).matmul(weight.reshape([out, d_in]).transpose())
+}
+
+/// `x [n, in]` rounded to 8-bit blocks of 32 and back, as [`crate::quantize_activations_q8`]
+/// rounds it. Rounding has no gradient: the gradient passes to `x` as if unrounded (the
+/// straight-through estimator of quantization-aware training).
+fn round_activations_q8<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
+    let [n, d_in] = x.dims();
+    let blocks = x.clone().detach().reshape([n, d_in / crate::Q8_BLOCK, crate::Q8_BLOCK]);
+    let scale = blocks.clone().abs().max_dim(2).div_scalar(127.0);
+    // A zero scale is a zero block: divided by 1, its values stay 0.
+    let divisor = scale.clone().mask_fill(scale.clone().equal_elem(0.0), 1.0);
+    let rounded = (blocks / divisor).round() * scale;
+    // `x + (r - x)` is `r` exactly: `r` is 0 or within a factor of 2 of `x` (Sterbenz).
+    x.clone() + (rounded.reshape([n, d_in]) - x).detach()
 }
 
 /// `x · weights[index]` with burn's matmul (`weights` `[in, out]` or `[experts, in, out]`).

@@ -12,5 +12,5 @@ mod unit_lower_inverse;
 
 pub use dense_matmul::{DenseMatmul, dense_matmul, expert_matmul};
 pub use expert_count::{ExpertCount, expert_count};
-pub use q8_matmul::{Q8Matmul, Q8_BLOCK, dequantize_q8, q8_matmul, q8_values, quantize_q8};
+pub use q8_matmul::{Q8Matmul, Q8_BLOCK, dequantize_q8, q8_matmul, q8_values, quantize_activations_q8, quantize_q8};
 pub use unit_lower_inverse::{UnitLowerInverse, unit_lower_inverse};

@@ -5,6 +5,13 @@
 //! `round(w / d)` as `i8`, so `w ≈ value * d`. As in llama.cpp's `quantize_row_q8_0_ref`
 //! (ggml/src/ggml-quants.c), the values are rounded with the f32 scale and the scale is then
 //! stored rounded to f16 (kept here as the f32 of that f16).
+//!
+//! The activations are rounded to 8-bit blocks too, as llama.cpp's CPU matmul does before its
+//! integer dot (`ggml_vec_dot_q8_0_q8_0` in ggml/src/ggml-cpu/quants.c): each block of 32 input
+//! values of each row of `x` keeps `d = max|x| / 127` (as f32) and `round(x / d)`, ties to even
+//! (llama.cpp multiplies by `1 / d`; a division is exact on every backend, a reciprocal is not).
+//! So `q8_matmul` is `round_q8(x) · Wᵀ` on every backend, whichever kernel runs: the integer
+//! dot where a CPU has one, the rounded activations times the dequantized weight elsewhere.
 
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, Element, Int, Shape, Tensor, TensorData, TensorPrimitive, backend::Backend};
@@ -23,8 +30,17 @@ pub trait Q8Matmul: Backend {
         <Self::IntElem as Element>::dtype()
     }
 
-    /// `x`: `[n, in]`; `values`: `[out, in]` ints in `-127..=127`; `scales`: `[out, in / 32]`.
-    /// Returns `[n, out]`.
+    /// The order this backend's kernel reads a weight's values in: `values` `[out, in]`
+    /// row-major, returned as the same number of values that [`Q8Matmul::q8_matmul`] then
+    /// receives. The default keeps them as they are; a kernel may regroup rows (ndarray with
+    /// AVX-512 VNNI interleaves them by 16 for its integer dot). [`q8_values`] applies it.
+    fn q8_layout(values: Vec<i8>, d_out: usize, d_in: usize) -> Vec<i8> {
+        let _ = (d_out, d_in);
+        values
+    }
+
+    /// `x`: `[n, in]`; `values`: `[out, in]` ints in `-127..=127`, in the order of
+    /// [`Q8Matmul::q8_layout`]; `scales`: `[out, in / 32]`. Returns `[n, out]`.
     fn q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: FloatTensor<Self>) -> FloatTensor<Self> {
         let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
         let values = Tensor::<Self, 2, Int>::from_primitive(values);
@@ -47,8 +63,15 @@ pub fn q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales
     )))
 }
 
-/// Q8_0 values as a tensor of the backend's [`Q8Matmul::q8_values_dtype`].
+/// Q8_0 values `[..., out, in]` (one weight or a stack of them, row-major) as a tensor of the
+/// backend's [`Q8Matmul::q8_values_dtype`], each weight in its [`Q8Matmul::q8_layout`].
 pub fn q8_values<B: Q8Matmul, const D: usize>(values: Vec<i8>, shape: impl Into<Shape>, device: &B::Device) -> Tensor<B, D, Int> {
+    let shape = shape.into();
+    let (d_out, d_in) = (shape[D - 2], shape[D - 1]);
+    let values = match d_out * d_in {
+        0 => values,
+        size => values.chunks(size).flat_map(|weight| B::q8_layout(weight.to_vec(), d_out, d_in)).collect(),
+    };
     Tensor::from_data(TensorData::new(values, shape), (device, B::q8_values_dtype()))
 }
 
@@ -71,6 +94,27 @@ pub fn quantize_q8(weights: &[f32], cols: usize) -> (Vec<i8>, Vec<f32>) {
             }
             *scale = f16::from_f32(d).to_f32();
         });
+    (values, scales)
+}
+
+/// Rounds row-major `[rows, cols]` activations (`cols` a multiple of [`Q8_BLOCK`]) to 8-bit
+/// blocks as [`Q8Matmul::q8_matmul`] reads them: `(values, scales [rows, cols / 32])`, in
+/// parallel over blocks. Unlike [`quantize_q8`], the scale stays f32 and ties round to even
+/// (burn's `round`), so the generic form rounds exactly alike.
+pub fn quantize_activations_q8(x: &[f32], cols: usize) -> (Vec<i8>, Vec<f32>) {
+    assert!(cols % Q8_BLOCK == 0, "quantize_activations_q8: {cols} columns are not whole blocks of {Q8_BLOCK}");
+    let mut values = vec![0i8; x.len()];
+    let mut scales = vec![0f32; x.len() / Q8_BLOCK];
+    values.par_chunks_mut(Q8_BLOCK).zip(scales.par_iter_mut()).zip(x.par_chunks(Q8_BLOCK)).for_each(|((values, scale), block)| {
+        let amax = block.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let d = amax / 127.0;
+        // A zero scale means a zero block (or one too small for f32): its values are 0.
+        let divisor = if d != 0.0 { d } else { 1.0 };
+        for (value, x) in values.iter_mut().zip(block) {
+            *value = (x / divisor).round_ties_even() as i8;
+        }
+        *scale = d;
+    });
     (values, scales)
 }
 

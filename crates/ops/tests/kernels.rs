@@ -155,9 +155,26 @@ fn check_empty_batch<B: Ops>(device: &B::Device) {
     assert_eq!(unit_lower_inverse(a).dims(), [0, 3, 4, 4]);
 }
 
-/// `x · Wᵀ` by plain loops in f64, `W` dequantized from the blocks; with each output's
-/// `sum |x w|`, the scale of its rounding error.
+/// An activation row's blocks of 32 rounded to 8 bits and back, written out from the rule
+/// (`d = max|x| / 127` in f32, `round(x / d)` to the nearest, ties to even) rather than taken
+/// from the crate.
+fn round_activations(x: &[f32]) -> Vec<f32> {
+    x.chunks(Q8_BLOCK)
+        .flat_map(|block| {
+            let d = block.iter().map(|v| v.abs()).fold(0.0, f32::max) / 127.0;
+            block.iter().map(move |v| {
+                let q = if d == 0.0 { 0.0 } else { (v / d) as f64 };
+                let nearest = if q - q.floor() == 0.5 { 2.0 * (q / 2.0).round() } else { q.round() };
+                nearest as f32 * d
+            })
+        })
+        .collect()
+}
+
+/// `round_q8(x) · Wᵀ` by plain loops in f64, `W` dequantized from the blocks; with each
+/// output's `sum |x w|`, the scale of its rounding error.
 fn naive_q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f32], d_out: usize, d_in: usize) -> (Vec<f64>, Vec<f64>) {
+    let x = round_activations(x);
     let (mut out, mut magnitude) = (vec![0.0; n * d_out], vec![0.0; n * d_out]);
     for t in 0..n {
         for o in 0..d_out {
@@ -172,35 +189,96 @@ fn naive_q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f32], d_out: us
 }
 
 /// `(n, d_out, d_in)`: one block, no tokens, one output, odd panel counts (65, 129 rows), a
-/// 2B-model width, one long row.
-const Q8_SHAPES: [(usize, usize, usize); 7] = [(1, 1, 32), (0, 5, 64), (3, 1, 32), (7, 65, 96), (2, 129, 256), (130, 64, 2048), (1, 3, 4096)];
+/// 2B-model width, one long row; token counts around the integer dot's tile of 8 and row counts
+/// around its group of 16 (17 rows: a group of one).
+const Q8_SHAPES: [(usize, usize, usize); 9] =
+    [(1, 1, 32), (0, 5, 64), (3, 1, 32), (7, 65, 96), (2, 129, 256), (130, 64, 2048), (1, 3, 4096), (9, 17, 64), (17, 31, 160)];
+
+/// Random weights in Q8_0 (with a zero block and an outlier) and activations (with a zero block
+/// and a block whose values tie at half a step) of one shape.
+fn q8_case(rng: &mut Rng, n: usize, d_out: usize, d_in: usize) -> (Vec<f32>, Vec<i8>, Vec<f32>) {
+    let mut weights: Vec<f32> = (0..d_out * d_in).map(|_| rng.next_f32() - 0.5).collect();
+    weights[..Q8_BLOCK].fill(0.0); // a zero block: scale 0
+    if weights.len() > 2 * Q8_BLOCK {
+        weights[Q8_BLOCK + 3] = 40.0; // an outlier that sets its block's scale
+    }
+    let mut x: Vec<f32> = (0..n * d_in).map(|_| 2.0 * rng.next_f32() - 1.0).collect();
+    if x.len() >= 2 * Q8_BLOCK {
+        x[..Q8_BLOCK].fill(0.0);
+        // max 127 (scale 1): 0.5 and 2.5 are ties, to 0 and 2.
+        x[Q8_BLOCK..2 * Q8_BLOCK].fill(0.5);
+        x[Q8_BLOCK] = 127.0;
+        x[Q8_BLOCK + 1] = -2.5;
+    }
+    let (values, scales) = quantize_q8(&weights, d_in);
+    (x, values, scales)
+}
+
+fn check_outputs(name: &str, out: &[f32], expected: &[f64], magnitude: &[f64]) {
+    assert_eq!(out.len(), expected.len(), "{name}");
+    for (k, ((got, e), m)) in out.iter().zip(expected).zip(magnitude).enumerate() {
+        let got = *got as f64;
+        assert!((got - e).abs() <= 1e-5 * m + 1e-6, "{name}, entry {k}: {got} vs {e}");
+    }
+}
 
 fn check_q8_matmul<B: Ops>(device: &B::Device) {
     let mut rng = Rng(13);
     for (n, d_out, d_in) in Q8_SHAPES {
-        let mut weights: Vec<f32> = (0..d_out * d_in).map(|_| rng.next_f32() - 0.5).collect();
-        weights[..Q8_BLOCK].fill(0.0); // a zero block: scale 0
-        if weights.len() > 2 * Q8_BLOCK {
-            weights[Q8_BLOCK + 3] = 40.0; // an outlier that sets its block's scale
-        }
-        let x: Vec<f32> = (0..n * d_in).map(|_| 2.0 * rng.next_f32() - 1.0).collect();
-        let (values, scales) = quantize_q8(&weights, d_in);
+        let (x, values, scales) = q8_case(&mut rng, n, d_out, d_in);
         let (expected, magnitude) = naive_q8_matmul(&x, n, &values, &scales, d_out, d_in);
         let x_t = Tensor::<B, 2>::from_data(TensorData::new(x, [n, d_in]), device);
-        let values_t = q8_values::<B, 2>(values, [d_out, d_in], device);
         let scales_t = Tensor::<B, 2>::from_data(TensorData::new(scales, [d_out, d_in / Q8_BLOCK]), device);
-        for (name, out) in [
-            ("kernel", q8_matmul(x_t.clone(), values_t.clone(), scales_t.clone())),
-            ("generic", generic::q8_matmul(x_t.clone(), values_t.clone(), scales_t.clone())),
-        ] {
+        // The kernel reads the values in its layout; the generic form as they are.
+        let kernel = q8_matmul(x_t.clone(), q8_values::<B, 2>(values.clone(), [d_out, d_in], device), scales_t.clone());
+        let plain = Tensor::<B, 2, Int>::from_data(TensorData::new(values, [d_out, d_in]), (device, B::q8_values_dtype()));
+        let generic = generic::q8_matmul(x_t, plain, scales_t);
+        for (name, out) in [("kernel", kernel), ("generic", generic)] {
             assert_eq!(out.dims(), [n, d_out], "{name}, {n}x{d_out}x{d_in}");
             let out: Vec<f32> = out.into_data().convert::<f32>().to_vec().unwrap();
-            for (k, ((got, e), m)) in out.iter().zip(&expected).zip(&magnitude).enumerate() {
-                let got = *got as f64;
-                assert!((got - e).abs() <= 1e-5 * m + 1e-6, "{name}, {n}x{d_out}x{d_in}, entry {k}: {got} vs {e}");
-            }
+            check_outputs(&format!("{name}, {n}x{d_out}x{d_in}"), &out, &expected, &magnitude);
         }
     }
+}
+
+/// Both CPU forms of the q8 matmul, whichever this CPU would choose: the integer dot (where the
+/// CPU has AVX-512 VNNI; the test says so when it has not) and the dequantized sgemm.
+#[cfg(feature = "cpu-kernels")]
+#[test]
+fn both_cpu_q8_kernels_match_plain_loops() {
+    use decider_ops::{cpu, quantize_activations_q8};
+    let mut rng = Rng(17);
+    for (n, d_out, d_in) in Q8_SHAPES {
+        let (x, values, scales) = q8_case(&mut rng, n, d_out, d_in);
+        let (expected, magnitude) = naive_q8_matmul(&x, n, &values, &scales, d_out, d_in);
+        let (xq, xs) = quantize_activations_q8(&x, d_in);
+        let rounded = dequantize_q8(&xq, &xs);
+        let name = format!("{n}x{d_out}x{d_in}");
+        check_outputs(&format!("dequantized, {name}"), &cpu::dequantized_q8_matmul(&rounded, n, &values, &scales, d_out, d_in), &expected, &magnitude);
+        #[cfg(target_arch = "x86_64")]
+        if cpu::q8_vnni::available() {
+            let laid_out = cpu::q8_vnni::layout(&values, d_out, d_in);
+            check_outputs(&format!("vnni, {name}"), &cpu::q8_vnni::matmul(&xq, &xs, n, &laid_out, &scales, d_out, d_in), &expected, &magnitude);
+        } else {
+            println!("this CPU has no AVX-512 VNNI: the integer dot is not checked here");
+        }
+    }
+}
+
+#[test]
+fn activations_round_to_8_bit_blocks() {
+    let mut x = vec![0.0f32; 2 * Q8_BLOCK];
+    // Scale 1: ties go to the even neighbour, others to the nearest.
+    x[..5].copy_from_slice(&[127.0, 0.5, 1.5, -2.5, 3.4]);
+    // A zero block stays zero.
+    let (values, scales) = decider_ops::quantize_activations_q8(&x, Q8_BLOCK);
+    assert_eq!(&values[..5], &[127, 0, 2, -2, 3]);
+    assert_eq!(scales, vec![1.0, 0.0]);
+    assert!(values[Q8_BLOCK..].iter().all(|&v| v == 0));
+    let mut rng = Rng(7);
+    let x: Vec<f32> = (0..4 * 96).map(|_| 5.0 * (rng.next_f32() - 0.5)).collect();
+    let (values, scales) = decider_ops::quantize_activations_q8(&x, 96);
+    assert_eq!(dequantize_q8(&values, &scales), round_activations(&x));
 }
 
 /// `(n, d_in, d_out)`: no tokens, one of everything, a wide output, a 2B-model width, a long row.

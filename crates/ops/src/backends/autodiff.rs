@@ -49,12 +49,15 @@ impl<B: UnitLowerInverse, C: CheckpointStrategy> UnitLowerInverse for Autodiff<B
     }
 }
 
-/// The generic form through autodiff's own ops: the gradient reaches `x`; the weights (ints and
-/// their scales, loaded without `require_grad`) stay frozen.
+/// The generic form through autodiff's own ops: the gradient reaches `x` (straight through the
+/// activations' rounding); the weights (ints and their scales, loaded without `require_grad`)
+/// stay frozen.
 impl<B: crate::Q8Matmul, C: CheckpointStrategy> crate::Q8Matmul for Autodiff<B, C> {
     fn q8_values_dtype() -> burn::tensor::DType {
         B::q8_values_dtype()
     }
+    // The values stay in their order (the default `q8_layout`): the generic form reads them so,
+    // whatever order the inner backend's own kernel reads.
 }
 
 /// The generic form through autodiff's own ops, so gradients reach both operands.

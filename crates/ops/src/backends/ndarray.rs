@@ -53,14 +53,23 @@ where
     }
 }
 
-/// The kernel of [`cpu::q8_matmul`] on f32 activations and i8 values; other dtypes take the
-/// generic form.
+/// The kernel of [`cpu::q8_matmul`] on f32 activations and i8 values (the integer dot where the
+/// CPU has one); other dtypes take the generic form.
 impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> crate::Q8Matmul for NdArray<E, I, Q>
 where
     NdArrayTensor: From<SharedArray<E>> + From<SharedArray<I>>,
 {
     fn q8_values_dtype() -> DType {
         DType::I8
+    }
+
+    /// The kernel's order where it runs: with f32 activations (other float types take the
+    /// generic form, which reads the values as they are).
+    fn q8_layout(values: Vec<i8>, d_out: usize, d_in: usize) -> Vec<i8> {
+        match E::dtype() {
+            DType::F32 => cpu::q8_layout(values, d_out, d_in),
+            _ => values,
+        }
     }
 
     fn q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: FloatTensor<Self>) -> FloatTensor<Self> {

@@ -1,8 +1,33 @@
 //! Plain-Rust kernels for the CPU backends (ndarray, candle): one pass over the ids, forward
-//! substitution per matrix in parallel over the batch, and sgemm on operands read in place.
+//! substitution per matrix in parallel over the batch, sgemm on operands read in place, and the
+//! Q8_0 matmul as an integer dot where the CPU has one.
 
 use num_traits::Float;
 use rayon::prelude::*;
+
+use crate::{dequantize_q8, quantize_activations_q8};
+
+#[cfg(target_arch = "x86_64")]
+pub mod q8_vnni;
+
+/// Whether [`q8_matmul`] runs the integer dot of [`q8_vnni`] on this CPU (and so reads the
+/// values in [`q8_layout`]).
+pub fn q8_integer_dot() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return q8_vnni::available();
+    #[cfg(not(target_arch = "x86_64"))]
+    return false;
+}
+
+/// The order [`q8_matmul`] reads a weight's values `[d_out, d_in]` in on this CPU.
+pub fn q8_layout(values: Vec<i8>, d_out: usize, d_in: usize) -> Vec<i8> {
+    #[cfg(target_arch = "x86_64")]
+    if q8_integer_dot() {
+        return q8_vnni::layout(&values, d_out, d_in);
+    }
+    let _ = (d_out, d_in);
+    values
+}
 
 /// Counts of ids in `0..num_experts`; other ids are dropped.
 pub fn expert_count(ids: impl Iterator<Item = i64>, num_experts: usize) -> Vec<i64> {
@@ -43,6 +68,19 @@ pub fn unit_lower_inverse<T: Float + Send + Sync>(a: &[T], n: usize) -> Vec<T> {
     x
 }
 
+/// `round_q8(x) [n, d_in] · Wᵀ -> [n, d_out]` for `W [d_out, d_in]` in Q8_0 blocks (`values` in
+/// [`q8_layout`], `scales [d_out, d_in / 32]`), the activations rounded to 8-bit blocks
+/// ([`quantize_activations_q8`]): the integer dot of [`q8_vnni`] where the CPU has it, else
+/// [`dequantized_q8_matmul`] on the rounded activations.
+pub fn q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f32], d_out: usize, d_in: usize) -> Vec<f32> {
+    let (xq, xs) = quantize_activations_q8(x, d_in);
+    #[cfg(target_arch = "x86_64")]
+    if q8_integer_dot() {
+        return q8_vnni::matmul(&xq, &xs, n, values, scales, d_out, d_in);
+    }
+    dequantized_q8_matmul(&dequantize_q8(&xq, &xs), n, values, scales, d_out, d_in)
+}
+
 /// `x [n, d_in] · Wᵀ -> [n, d_out]` for `W [d_out, d_in]` in Q8_0 blocks (`values`, `scales
 /// [d_out, d_in / 32]`).
 ///
@@ -52,7 +90,7 @@ pub fn unit_lower_inverse<T: Float + Send + Sync>(a: &[T], n: usize) -> Vec<T> {
 /// transposed at the end. The weight is read once, at a byte a value. Panels are as large as
 /// four tasks per thread allow, up to 256 rows: each sgemm packs `x` again, so fewer, larger
 /// panels cost less (64-row panels were 20 % slower at 2B widths).
-pub fn q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f32], d_out: usize, d_in: usize) -> Vec<f32> {
+pub fn dequantized_q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f32], d_out: usize, d_in: usize) -> Vec<f32> {
     const BLOCK: usize = crate::Q8_BLOCK;
     let panel_rows = d_out.div_ceil(4 * rayon::current_num_threads()).next_multiple_of(16).clamp(16, 256);
     let mut transposed = vec![0f32; d_out * n];
