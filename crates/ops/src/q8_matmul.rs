@@ -106,16 +106,23 @@ pub fn quantize_activations_q8(x: &[f32], cols: usize) -> (Vec<i8>, Vec<f32>) {
     let mut values = vec![0i8; x.len()];
     let mut scales = vec![0f32; x.len() / Q8_BLOCK];
     values.par_chunks_mut(Q8_BLOCK).zip(scales.par_iter_mut()).zip(x.par_chunks(Q8_BLOCK)).for_each(|((values, scale), block)| {
-        let amax = block.iter().fold(0f32, |m, x| m.max(x.abs()));
-        let d = amax / 127.0;
-        // A zero scale means a zero block (or one too small for f32): its values are 0.
-        let divisor = if d != 0.0 { d } else { 1.0 };
-        for (value, x) in values.iter_mut().zip(block) {
-            *value = (x / divisor).round_ties_even() as i8;
-        }
-        *scale = d;
+        *scale = round_activation_block(block, values);
     });
     (values, scales)
+}
+
+/// One block of [`quantize_activations_q8`]: writes the values, returns the scale. Inlined
+/// into its callers, so a caller compiled for a wider instruction set vectorizes it.
+#[inline(always)]
+pub(crate) fn round_activation_block(block: &[f32], values: &mut [i8]) -> f32 {
+    let amax = block.iter().fold(0f32, |m, x| m.max(x.abs()));
+    let d = amax / 127.0;
+    // A zero scale means a zero block (or one too small for f32): its values are 0.
+    let divisor = if d != 0.0 { d } else { 1.0 };
+    for (value, x) in values.iter_mut().zip(block) {
+        *value = (x / divisor).round_ties_even() as i8;
+    }
+    d
 }
 
 /// The weights that Q8_0 values and scales stand for (`[rows, cols]`, row-major).

@@ -258,7 +258,7 @@ fn both_cpu_q8_kernels_match_plain_loops() {
         #[cfg(target_arch = "x86_64")]
         if cpu::q8_vnni::available() {
             let laid_out = cpu::q8_vnni::layout(&values, d_out, d_in);
-            check_outputs(&format!("vnni, {name}"), &cpu::q8_vnni::matmul(&xq, &xs, n, &laid_out, &scales, d_out, d_in), &expected, &magnitude);
+            check_outputs(&format!("vnni, {name}"), &cpu::q8_vnni::matmul(&x, n, &laid_out, &scales, d_out, d_in), &expected, &magnitude);
         } else {
             println!("this CPU has no AVX-512 VNNI: the integer dot is not checked here");
         }

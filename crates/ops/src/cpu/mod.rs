@@ -73,11 +73,11 @@ pub fn unit_lower_inverse<T: Float + Send + Sync>(a: &[T], n: usize) -> Vec<T> {
 /// ([`quantize_activations_q8`]): the integer dot of [`q8_vnni`] where the CPU has it, else
 /// [`dequantized_q8_matmul`] on the rounded activations.
 pub fn q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f32], d_out: usize, d_in: usize) -> Vec<f32> {
-    let (xq, xs) = quantize_activations_q8(x, d_in);
     #[cfg(target_arch = "x86_64")]
     if q8_integer_dot() {
-        return q8_vnni::matmul(&xq, &xs, n, values, scales, d_out, d_in);
+        return q8_vnni::matmul(x, n, values, scales, d_out, d_in);
     }
+    let (xq, xs) = quantize_activations_q8(x, d_in);
     dequantized_q8_matmul(&dequantize_q8(&xq, &xs), n, values, scales, d_out, d_in)
 }
 

@@ -49,26 +49,30 @@ pub fn layout(values: &[i8], d_out: usize, d_in: usize) -> Vec<i8> {
     grouped
 }
 
-/// `round_q8(x) [n, d_in] · Wᵀ -> [n, d_out]`: `x` as its 8-bit blocks (`xq`, scales `xs
-/// [n, d_in / 32]`), `W` as Q8_0 `values` in [`layout`] and `scales [d_out, d_in / 32]`.
-/// Parallel over groups of 16 weight rows; each group's values are read once per 8 tokens.
+/// `round_q8(x) [n, d_in] · Wᵀ -> [n, d_out]`: `W` as Q8_0 `values` in [`layout`] and `scales
+/// [d_out, d_in / 32]`, `x` rounded here ([`crate::quantize_activations_q8`], compiled for
+/// AVX-512). Parallel over groups of 16 weight rows; each group's values are read once per 8
+/// tokens.
 ///
 /// # Panics
 /// If the CPU lacks the instructions ([`available`]) or the lengths do not match the shape.
-pub fn matmul(xq: &[i8], xs: &[f32], n: usize, values: &[i8], scales: &[f32], d_out: usize, d_in: usize) -> Vec<f32> {
+pub fn matmul(x: &[f32], n: usize, values: &[i8], scales: &[f32], d_out: usize, d_in: usize) -> Vec<f32> {
     assert!(available(), "q8_vnni::matmul needs AVX-512 VNNI");
     let blocks = d_in / Q8_BLOCK;
     assert!(
-        d_in % Q8_BLOCK == 0 && xq.len() == n * d_in && xs.len() == n * blocks && values.len() == d_out * d_in && scales.len() == d_out * blocks,
+        d_in % Q8_BLOCK == 0 && x.len() == n * d_in && values.len() == d_out * d_in && scales.len() == d_out * blocks,
         "q8_vnni::matmul: lengths do not match [{n}, {d_in}] x [{d_out}, {d_in}]"
     );
     let mut out = vec![0f32; n * d_out];
     if n == 0 || d_out == 0 || d_in == 0 {
         return out;
     }
-    // -128 Σ x of each token's block: the lanes' starting value.
-    let corrections: Vec<i32> = xq.par_chunks(Q8_BLOCK).map(|block| -128 * block.iter().map(|&v| v as i32).sum::<i32>()).collect();
-    let activations = Activations { values: xq, scales: xs, corrections: &corrections, d_in };
+    let (mut xq, mut xs, mut corrections) = (vec![0i8; x.len()], vec![0f32; n * blocks], vec![0i32; n * blocks]);
+    xq.par_chunks_mut(Q8_BLOCK).zip(xs.par_iter_mut()).zip(corrections.par_iter_mut()).zip(x.par_chunks(Q8_BLOCK)).for_each(
+        // SAFETY: `available()` was checked above.
+        |(((values, scale), correction), block)| unsafe { round_block(block, values, scale, correction) },
+    );
+    let activations = Activations { values: &xq, scales: &xs, corrections: &corrections, d_in };
     let out_ptr = OutPtr(out.as_mut_ptr());
     values.par_chunks(GROUP * d_in).enumerate().for_each(|(group, weights)| {
         let rows = weights.len() / d_in;
@@ -137,6 +141,14 @@ struct Activations<'a> {
     scales: &'a [f32],
     corrections: &'a [i32],
     d_in: usize,
+}
+
+/// One block of activations rounded (the scale to `scale`) and `-128 Σ values`, its lanes'
+/// starting value, to `correction`; compiled for AVX-512, where the rounding is one instruction.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn round_block(block: &[f32], values: &mut [i8], scale: &mut f32, correction: &mut i32) {
+    *scale = crate::q8_matmul::round_activation_block(block, values);
+    *correction = -128 * values.iter().map(|&v| v as i32).sum::<i32>();
 }
 
 /// Outputs of one group for `C` tokens from `token`, written to `out + j * d_out` for token `j`.
