@@ -148,6 +148,33 @@ fn check_experts<B: Qwen35Ops>() {
     }
 }
 
+/// `random:CONFIG` in q8 is the Q8_0 rounding of the same random network in f32: each q8
+/// projection is off its f32 projection by at most the rounding of its weights, `Σ |x| × (max|w|
+/// / 254 + max|w| / 2048)` per output (half a step, plus the scale's f16 rounding; every weight is
+/// within ±1/√in), and not exactly on it. Weights drawn otherwise would be off by their own size.
+fn check_random_model<B: Qwen35Ops>() {
+    let device = Default::default();
+    let config = decider::demo::demo_config();
+    let float = decider::demo::random_model::<B>(&config, WeightFormat::F32, &device);
+    let q8 = decider::demo::random_model::<B>(&config, WeightFormat::Q8, &device);
+    let mut worst_share = 0.0f32;
+    for ((name, expected), (_, actual)) in projections(&float).into_iter().zip(projections(&q8)) {
+        let [d_in, _] = expected.dims();
+        assert!(matches!(actual, Projection::Q8(_)), "{name}: the demo's widths are whole blocks");
+        let x = rounded_input::<B>(5, d_in, 11, &device);
+        let magnitudes: Vec<f32> = values(x.clone().abs().sum_dim(1));
+        let (got, want) = (values(actual.forward(x.clone())), values(expected.forward(x)));
+        let d_out = got.len() / magnitudes.len();
+        let step = (1.0 / d_in as f32).sqrt() * (1.0 / 254.0 + 1.0 / 2048.0);
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            let bound = magnitudes[k / d_out] * step + 1e-5;
+            assert!((g - w).abs() <= bound, "{name} output {k}: q8 {g} vs f32 {w}, more than {bound} apart");
+            worst_share = worst_share.max((g - w).abs() / bound);
+        }
+    }
+    assert!(worst_share > 0.0, "the q8 network equals the f32 one: the format was not applied");
+}
+
 /// What a q8 load leaves in f32: experts whose width is not a whole block.
 fn check_partial_blocks<B: Qwen35Ops>() {
     let (_, q8) = qwen35::load_model_with_weights::<B>(fixture_path("moe/save_pretrained"), WeightFormat::Q8, &Default::default()).unwrap();
@@ -175,6 +202,11 @@ macro_rules! weight_formats {
             #[test]
             fn q8_experts_equal_f32_experts_on_rounded_weights() {
                 check_experts::<B>();
+            }
+
+            #[test]
+            fn a_random_network_in_q8_is_the_rounding_of_the_f32_one() {
+                check_random_model::<B>();
             }
 
             #[test]

@@ -6,7 +6,8 @@
 //!
 //! `DECIDER_BENCH_MODEL` is the `--model` (default `demo`; the decider-2b widths are
 //! `random:tests/fixtures/configs/qwen3.5-2b.json`), `DECIDER_BENCH_REQUESTS` the requests of
-//! each phase (default 32; 0 skips them), `DECIDER_BENCH_BACKEND` the `--backend`. With
+//! each phase (default 32; 0 skips them), `DECIDER_BENCH_BACKEND` the `--backend`,
+//! `DECIDER_BENCH_WEIGHTS` the `--weights` (default `f32`). With
 //! `DECIDER_BENCH_LONG_STATE=1` a last phase sends one decision on a state cut to the longest
 //! the reference accepts (32,768 tokens) and prints the server's peak resident memory over its
 //! resident memory after loading (slow: minutes on a 2B model).
@@ -25,7 +26,8 @@ fn main() {
     let mut command = Command::new(env!("CARGO_BIN_EXE_decider"));
     // Relative config paths are taken from the workspace root, where `cargo xtask bench` runs.
     command.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
-    command.args(["serve", "--model", &model, "--addr", "127.0.0.1:0"]);
+    let weights = std::env::var("DECIDER_BENCH_WEIGHTS").unwrap_or_else(|_| "f32".into());
+    command.args(["serve", "--model", &model, "--weights", &weights, "--addr", "127.0.0.1:0"]);
     if let Ok(backend) = std::env::var("DECIDER_BENCH_BACKEND") {
         command.args(["--backend", &backend]);
     }
@@ -33,7 +35,7 @@ fn main() {
     let server = Server::spawn(command);
     assert!(!server.base.is_empty(), "the server did not start: {}", server.log());
     let loaded = memory_mib(&server, "VmRSS:");
-    println!("serve_load: --model {model}, loaded in {:.1} s, resident {loaded:.0} MiB", loading.elapsed().as_secs_f64());
+    println!("serve_load: --model {model} --weights {weights}, loaded in {:.1} s, resident {loaded:.0} MiB", loading.elapsed().as_secs_f64());
 
     let body = decision();
     let (status, first) = server.post("/v1/systemone", &body);

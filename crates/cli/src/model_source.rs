@@ -84,10 +84,10 @@ impl ModelSource {
 
     /// The whole model on backend `B`, its projections and experts in `weights`.
     pub fn load<B: Qwen35Ops>(&self, weights: WeightFormat, device: &B::Device) -> anyhow::Result<Decider<B>> {
-        let dir = match self.weights(weights)? {
+        let dir = match self.weights()? {
             Weights::Folder(dir) => dir,
             Weights::Random(config) => {
-                return Ok(Decider::new(demo::random_model(&config, device), Prompter::demo(), device, self.to_string())?);
+                return Ok(Decider::new(demo::random_model(&config, weights, device), Prompter::demo(), device, self.to_string())?);
             }
         };
         Decider::load_with_weights(&dir, weights, device).with_context(|| format!("loading the model in {}", dir.display()))
@@ -95,10 +95,10 @@ impl ModelSource {
 
     /// The network alone (no tokenizer or decider config), for `decider forward`.
     pub fn network<B: Qwen35Ops>(&self, weights: WeightFormat, device: &B::Device) -> anyhow::Result<(Qwen35Config, Qwen35Model<B>)> {
-        let dir = match self.weights(weights)? {
+        let dir = match self.weights()? {
             Weights::Folder(dir) => dir,
             Weights::Random(config) => {
-                let model = demo::random_model(&config, device);
+                let model = demo::random_model(&config, weights, device);
                 return Ok((config, model));
             }
         };
@@ -106,10 +106,7 @@ impl ModelSource {
     }
 
     /// Where the weights come from (the folder downloaded for a Hub id).
-    fn weights(&self, weights: WeightFormat) -> anyhow::Result<Weights> {
-        if self.is_random() && weights != WeightFormat::F32 {
-            anyhow::bail!("{self} is built in f32 in memory; --weights {weights} applies to model folders and Hub ids");
-        }
+    fn weights(&self) -> anyhow::Result<Weights> {
         Ok(match self {
             Self::Demo => Weights::Random(demo::demo_config()),
             Self::Random(path) => Weights::Random(Qwen35Config::from_file(path).with_context(|| format!("reading {}", path.display()))?),

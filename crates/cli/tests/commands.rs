@@ -48,8 +48,6 @@ fn bad_arguments_say_what_is_wrong() {
     assert!(!ok && stderr.contains("--question q1: not valid JSON"), "{stderr}");
     let (ok, _, stderr) = decider(&["decide", "--model", "demo", "--state", "s", "--question", r#"{"type": "choice", "instructions": "x", "criteria": ["a"]}"#]);
     assert!(!ok && stderr.contains("choice criteria: a map of 2..255 options"), "{stderr}");
-    let (ok, _, stderr) = decider(&["info", "--model", "demo", "--weights", "q8"]);
-    assert!(!ok && stderr.contains("demo is built in f32 in memory; --weights q8 applies to model folders"), "{stderr}");
     let (ok, _, stderr) = decider(&["info", "--model", "random:/no/such/config.json"]);
     assert!(!ok && stderr.contains("random: takes a config.json file, and /no/such/config.json is not one"), "{stderr}");
     let (ok, _, stderr) = decider(&["info", "--model", "/no/such/folder"]);
@@ -82,10 +80,17 @@ fn a_random_model_takes_the_widths_of_a_config() {
     assert_eq!((&info["layers"], &info["hidden_size"], &info["random_weights"]), (&layers, &hidden, &json!(true)), "{info}");
     assert_eq!(info["layer_types"][0], "linear_attention + moe");
     assert_eq!(info["source"], source);
-    let (ok, stdout, stderr) = decider(&["decide", "--model", &source, "--state", "s", "--question", r#"{"type": "noul", "instructions": "Up?"}"#]);
+    // In both formats (q8: the rounding of the same network, `tests/weight_formats.rs`).
+    for weights in ["f32", "q8"] {
+        let question = r#"{"type": "noul", "instructions": "Up?"}"#;
+        let (ok, stdout, stderr) = decider(&["decide", "--model", &source, "--weights", weights, "--state", "s", "--question", question]);
+        assert!(ok, "{weights}: {stderr}");
+        let noul = serde_json::from_str::<Value>(&stdout).unwrap()["answers"]["q1"]["noul"].as_f64().expect("a noul answer");
+        assert!((0.0..=1.0).contains(&noul), "{weights}: {noul}");
+    }
+    let (ok, stdout, stderr) = decider(&["info", "--model", &source, "--weights", "q8"]);
     assert!(ok, "{stderr}");
-    let noul = serde_json::from_str::<Value>(&stdout).unwrap()["answers"]["q1"]["noul"].as_f64().expect("a noul answer");
-    assert!((0.0..=1.0).contains(&noul));
+    assert_eq!(serde_json::from_str::<Value>(&stdout).unwrap()["weights"], "q8");
 }
 
 #[test]

@@ -3,8 +3,10 @@
 //! and test run offline; its answers are those of random weights, not of a trained decider.
 
 use burn::module::{Module, ModuleMapper, Param};
-use burn::tensor::{Tensor, TensorData, backend::Backend};
-use qwen35::{Qwen35Config, Qwen35Model};
+use burn::tensor::{Int, Tensor, TensorData};
+use decider_ops::{q8_values, quantize_q8};
+use qwen35::weights::transpose_last2;
+use qwen35::{Qwen35Config, Qwen35Model, Qwen35Ops, WeightFormat};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -33,34 +35,58 @@ pub fn demo_config() -> Qwen35Config {
 
 /// The demo network on `device`: the same weights on every backend and platform, because they
 /// are drawn on the host from a ChaCha8 stream per parameter.
-pub fn demo_model<B: Backend>(device: &B::Device) -> Qwen35Model<B> {
-    random_model(&demo_config(), device)
+pub fn demo_model<B: Qwen35Ops>(device: &B::Device) -> Qwen35Model<B> {
+    random_model(&demo_config(), WeightFormat::F32, device)
 }
 
 /// A network of any config with the demo's seeded random weights: the real widths for speed and
-/// memory measurements without a checkpoint (`--model random:CONFIG`).
-pub fn random_model<B: Backend>(config: &Qwen35Config, device: &B::Device) -> Qwen35Model<B> {
-    config.init::<B>(device).map(&mut SeededWeights { next_stream: 0 })
+/// memory measurements without a checkpoint (`--model random:CONFIG`). In `q8` its projections
+/// and experts are the Q8_0 rounding of the f32 network's.
+pub fn random_model<B: Qwen35Ops>(config: &Qwen35Config, weights: WeightFormat, device: &B::Device) -> Qwen35Model<B> {
+    config.init_with_weights::<B>(weights, device).map(&mut SeededWeights { next_stream: 0, pending_scales: None })
 }
 
 /// Replaces every float parameter, in module order, with uniform values in ±1/√fan_in
-/// (±0.5 for vectors), each parameter from its own stream of [`DEMO_SEED`].
+/// (±0.5 for vectors), each parameter from its own stream of [`DEMO_SEED`]. A Q8_0 weight
+/// draws its f32 weight from the stream the f32 parameter would (in the f32 orientation, `[in,
+/// out]`), then holds its rounding: values, and the scales that follow them.
 struct SeededWeights {
     next_stream: u64,
+    /// The scales of the Q8_0 values just drawn: the next float parameter.
+    pending_scales: Option<Vec<f32>>,
 }
 
-impl<B: Backend> ModuleMapper<B> for SeededWeights {
+impl SeededWeights {
+    /// `count` values in ±`bound` from the next stream.
+    fn draw(&mut self, count: usize, bound: f32) -> Vec<f32> {
+        let mut rng = ChaCha8Rng::seed_from_u64(DEMO_SEED);
+        rng.set_stream(self.next_stream);
+        self.next_stream += 1;
+        (0..count).map(|_| rng.random_range(-bound..bound)).collect()
+    }
+}
+
+impl<B: Qwen35Ops> ModuleMapper<B> for SeededWeights {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
         // Only the shape is read: the lazy initial values are never drawn.
         let shape = param.lazy_shape();
         let dims = shape.dims::<D>();
-        let bound = if D >= 2 { 1.0 / (dims[D - 2] as f32).sqrt() } else { 0.5 };
-        let mut rng = ChaCha8Rng::seed_from_u64(DEMO_SEED);
-        rng.set_stream(self.next_stream);
-        self.next_stream += 1;
-        let values: Vec<f32> = (0..shape.num_elements()).map(|_| rng.random_range(-bound..bound)).collect();
+        let values = match self.pending_scales.take() {
+            Some(scales) => scales,
+            None => self.draw(shape.num_elements(), if D >= 2 { 1.0 / (dims[D - 2] as f32).sqrt() } else { 0.5 }),
+        };
         let id = param.id;
         let tensor = Tensor::from_data(TensorData::new(values, shape), &param.lazy_device());
         param.transform_for_load(tensor, id)
+    }
+
+    fn map_int<const D: usize>(&mut self, param: Param<Tensor<B, D, Int>>) -> Param<Tensor<B, D, Int>> {
+        let shape = param.lazy_shape();
+        let &[batch, d_out, d_in] = shape.dims::<D>().as_slice() else { unreachable!("Q8 values are [batch, out, in]") };
+        let weight = self.draw(batch * d_in * d_out, 1.0 / (d_in as f32).sqrt());
+        let (values, scales) = quantize_q8(&transpose_last2(&weight, batch, d_in, d_out), d_in);
+        self.pending_scales = Some(scales);
+        let (id, device) = (param.id, param.lazy_device());
+        param.transform_for_load(q8_values(values, shape, &device), id)
     }
 }

@@ -291,7 +291,7 @@ impl<B: Q8Matmul> ModuleMapper<B> for CheckpointFiller<'_, B> {
 
 /// Transposes each of `batch` row-major `[rows, cols]` matrices to `[cols, rows]`, in tiles
 /// (so both sides are read and written a cache line at a time), in parallel over output rows.
-fn transpose_last2(values: &[f32], batch: usize, rows: usize, cols: usize) -> Vec<f32> {
+pub fn transpose_last2(values: &[f32], batch: usize, rows: usize, cols: usize) -> Vec<f32> {
     const TILE: usize = 32;
     let mut out = vec![0.0; values.len()];
     if values.is_empty() {
