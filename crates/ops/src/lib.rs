@@ -5,6 +5,7 @@ mod backends;
 pub mod cpu;
 mod dense_matmul;
 mod expert_count;
+mod gated_delta_rule;
 mod q8_matmul;
 pub mod generic;
 pub mod reference;
@@ -12,5 +13,6 @@ mod unit_lower_inverse;
 
 pub use dense_matmul::{DenseMatmul, dense_matmul, expert_matmul};
 pub use expert_count::{ExpertCount, expert_count};
+pub use gated_delta_rule::{GatedDeltaRule, gated_delta_rule};
 pub use q8_matmul::{Q8Matmul, Q8_BLOCK, dequantize_q8, q8_matmul, q8_values, quantize_activations_q8, quantize_q8};
 pub use unit_lower_inverse::{UnitLowerInverse, unit_lower_inverse};

@@ -5,13 +5,13 @@
 
 use burn::tensor::{Int, Tensor, TensorData};
 use decider_ops::{
-    DenseMatmul, ExpertCount, Q8_BLOCK, Q8Matmul, UnitLowerInverse, dense_matmul, dequantize_q8, expert_count, expert_matmul, generic,
-    q8_matmul, q8_values, quantize_q8, reference, unit_lower_inverse,
+    DenseMatmul, ExpertCount, GatedDeltaRule, Q8_BLOCK, Q8Matmul, UnitLowerInverse, dense_matmul, dequantize_q8, expert_count, expert_matmul,
+    gated_delta_rule, generic, q8_matmul, q8_values, quantize_q8, reference, unit_lower_inverse,
 };
 
 /// Every extension of this crate.
-trait Ops: ExpertCount + UnitLowerInverse + Q8Matmul + DenseMatmul {}
-impl<B: ExpertCount + UnitLowerInverse + Q8Matmul + DenseMatmul> Ops for B {}
+trait Ops: ExpertCount + UnitLowerInverse + Q8Matmul + DenseMatmul + GatedDeltaRule {}
+impl<B: ExpertCount + UnitLowerInverse + Q8Matmul + DenseMatmul + GatedDeltaRule> Ops for B {}
 
 /// A tiny deterministic generator (xorshift), so the tests need no RNG crate.
 struct Rng(u64);
@@ -281,6 +281,78 @@ fn activations_round_to_8_bit_blocks() {
     assert_eq!(dequantize_q8(&values, &scales), round_activations(&x));
 }
 
+/// The gated delta rule by its definition, token by token in f64: per batch element and head,
+/// `S <- S exp(g)`, `S <- S + k (beta (v - S^T k))^T`, `o = S^T q`. Returns the outputs
+/// `[batch, len, heads, dv]` and the final state `[batch, heads, dk, dv]`.
+#[allow(clippy::too_many_arguments)]
+fn naive_delta_rule(q: &[f32], k: &[f32], v: &[f32], g: &[f32], beta: &[f32], state: &[f32], [batch, len, heads, dk, dv]: [usize; 5]) -> (Vec<f64>, Vec<f64>) {
+    let mut state: Vec<f64> = state.iter().map(|&x| x as f64).collect();
+    let mut out = vec![0.0; batch * len * heads * dv];
+    for b in 0..batch {
+        for h in 0..heads {
+            let s = &mut state[(b * heads + h) * dk * dv..][..dk * dv];
+            for t in 0..len {
+                let token = (b * len + t) * heads + h;
+                let decay = (g[token] as f64).exp();
+                s.iter_mut().for_each(|x| *x *= decay);
+                for j in 0..dv {
+                    let predicted: f64 = (0..dk).map(|i| s[i * dv + j] * k[token * dk + i] as f64).sum();
+                    let delta = (v[token * dv + j] as f64 - predicted) * beta[token] as f64;
+                    (0..dk).for_each(|i| s[i * dv + j] += k[token * dk + i] as f64 * delta);
+                    out[token * dv + j] = (0..dk).map(|i| s[i * dv + j] * q[token * dk + i] as f64).sum();
+                }
+            }
+        }
+    }
+    (out, state)
+}
+
+/// `[batch, len, heads, dk, dv]`: one of everything, several heads and batch elements, a
+/// length across three 64-token chunks, no tokens, the 2B model's head width.
+const DELTA_SHAPES: [[usize; 5]; 5] = [[1, 1, 1, 4, 3], [2, 7, 3, 8, 5], [1, 130, 2, 16, 8], [2, 0, 2, 4, 4], [1, 70, 1, 128, 128]];
+
+/// The backend's scan and the generic chunked form against the definition, from a nonzero
+/// state, on inputs shaped like the layer's: unit-norm keys, queries scaled by `dk^-0.5`, `beta`
+/// in `[0, 1)`, log decays in `(-0.2, 0]`.
+fn check_delta_rule<B: Ops>(device: &B::Device) {
+    let mut rng = Rng(41);
+    for dims in DELTA_SHAPES {
+        let [batch, len, heads, dk, dv] = dims;
+        let tokens = batch * len * heads;
+        let mut unit_rows = |scale: f32| -> Vec<f32> {
+            let mut x: Vec<f32> = (0..tokens * dk).map(|_| rng.next_f32() - 0.5).collect();
+            for row in x.chunks_mut(dk) {
+                let norm = row.iter().map(|v| v * v).sum::<f32>().sqrt();
+                row.iter_mut().for_each(|v| *v *= scale / norm);
+            }
+            x
+        };
+        let (q, k) = (unit_rows((dk as f32).powf(-0.5)), unit_rows(1.0));
+        let v: Vec<f32> = (0..tokens * dv).map(|_| 2.0 * rng.next_f32() - 1.0).collect();
+        let g: Vec<f32> = (0..tokens).map(|_| -0.2 * rng.next_f32()).collect();
+        let beta: Vec<f32> = (0..tokens).map(|_| rng.next_f32()).collect();
+        let state: Vec<f32> = (0..batch * heads * dk * dv).map(|_| rng.next_f32() - 0.5).collect();
+        let (expected_out, expected_state) = naive_delta_rule(&q, &k, &v, &g, &beta, &state, dims);
+        let t4 = |x: &[f32], shape: [usize; 4]| Tensor::<B, 4>::from_data(TensorData::new(x.to_vec(), shape), device);
+        let t3 = |x: &[f32]| Tensor::<B, 3>::from_data(TensorData::new(x.to_vec(), [batch, len, heads]), device);
+        let inputs = || (t4(&q, [batch, len, heads, dk]), t4(&k, [batch, len, heads, dk]), t4(&v, [batch, len, heads, dv]), t3(&g), t3(&beta), t4(&state, [batch, heads, dk, dv]));
+        let (q_t, k_t, v_t, g_t, beta_t, state_t) = inputs();
+        let kernel = gated_delta_rule(q_t, k_t, v_t, g_t, beta_t, state_t);
+        let (q_t, k_t, v_t, g_t, beta_t, state_t) = inputs();
+        let chunked = generic::chunked_gated_delta_rule(q_t, k_t, v_t, g_t, beta_t, state_t);
+        for (name, (out, final_state)) in [("kernel", kernel), ("generic chunked", chunked)] {
+            assert_eq!(out.dims(), [batch, len, heads, dv], "{name} {dims:?}");
+            assert_eq!(final_state.dims(), [batch, heads, dk, dv], "{name} {dims:?}");
+            for (part, got, want) in [("out", out.into_data(), &expected_out), ("state", final_state.into_data(), &expected_state)] {
+                let got: Vec<f32> = got.convert::<f32>().to_vec().unwrap();
+                for (i, (a, e)) in got.iter().zip(want.iter()).enumerate() {
+                    assert!((*a as f64 - e).abs() <= 1e-4 * (1.0 + e.abs()), "{name} {dims:?} {part}[{i}]: {a} vs {e}");
+                }
+            }
+        }
+    }
+}
+
 /// `(n, d_in, d_out)`: no tokens, one of everything, a wide output, a 2B-model width, a long row.
 const DENSE_SHAPES: [(usize, usize, usize); 6] = [(0, 4, 3), (1, 1, 1), (3, 5, 257), (7, 33, 65), (130, 2048, 96), (1, 4096, 5)];
 
@@ -372,6 +444,11 @@ macro_rules! backend_suite {
             #[test]
             fn q8_matmul_matches_plain_loops() {
                 check_q8_matmul::<B>(&Default::default());
+            }
+
+            #[test]
+            fn delta_rule_matches_its_definition() {
+                check_delta_rule::<B>(&Default::default());
             }
         }
     };

@@ -5,10 +5,10 @@ use burn::module::{Initializer, Module, Param};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation::{sigmoid, silu};
 use burn::tensor::{Tensor, backend::Backend};
-use decider_ops::UnitLowerInverse;
+use decider_ops::GatedDeltaRule;
 
 use crate::cache::DeltaNetState;
-use crate::delta_rule::{chunked_gated_delta_rule, recurrent_gated_delta_rule};
+use crate::delta_rule::{gated_delta_rule, recurrent_gated_delta_rule};
 use crate::format::WeightFormat;
 use crate::norm::{GatedRmsNorm, RmsNormConfig};
 use crate::projection::{Projection, ProjectionConfig, ProjectionOps};
@@ -89,7 +89,7 @@ impl GatedDeltaNetConfig {
     }
 }
 
-impl<B: UnitLowerInverse + ProjectionOps> GatedDeltaNet<B> {
+impl<B: GatedDeltaRule + ProjectionOps> GatedDeltaNet<B> {
     /// `x`: `[batch, len, hidden]`, continuing from `past` if given. Returns the output and the
     /// state after these tokens. Like transformers, a single token with a past state takes the
     /// recurrent form and everything else the chunked form.
@@ -116,7 +116,7 @@ impl<B: UnitLowerInverse + ProjectionOps> GatedDeltaNet<B> {
         let (out, recurrent) = if len == 1 && initial.is_some() {
             recurrent_gated_delta_rule(q, k, v, g, beta, initial)
         } else {
-            chunked_gated_delta_rule(q, k, v, g, beta, initial)
+            gated_delta_rule(q, k, v, g, beta, initial)
         };
         let out = self.norm.forward(out, z).reshape([batch, len, hv * dv]);
         (self.out_proj.forward(out), DeltaNetState { conv: conv_state, recurrent })

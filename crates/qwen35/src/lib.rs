@@ -35,6 +35,6 @@ pub use weights::{load_model, load_model_with_weights};
 /// `decider-ops` that they call (the MoE's tokens-per-expert count, the chunked delta rule's
 /// unit-lower-triangular inverse, the matmuls with f32 and Q8_0 weights). Every backend with
 /// those extensions has it.
-pub trait Qwen35Ops: decider_ops::ExpertCount + decider_ops::UnitLowerInverse + decider_ops::Q8Matmul + decider_ops::DenseMatmul {}
+pub trait Qwen35Ops: decider_ops::ExpertCount + decider_ops::GatedDeltaRule + decider_ops::Q8Matmul + decider_ops::DenseMatmul {}
 
-impl<B: decider_ops::ExpertCount + decider_ops::UnitLowerInverse + decider_ops::Q8Matmul + decider_ops::DenseMatmul> Qwen35Ops for B {}
+impl<B: decider_ops::ExpertCount + decider_ops::GatedDeltaRule + decider_ops::Q8Matmul + decider_ops::DenseMatmul> Qwen35Ops for B {}

@@ -1,9 +1,9 @@
-//! The chunked gated delta rule is differentiable (through the triangular inverse's own
+//! The gated delta rule (its chunked form, which `Autodiff` runs) is differentiable (through the triangular inverse's own
 //! backward) and its gradients equal central finite differences.
 
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Distribution, Tensor, TensorData};
-use qwen35::delta_rule::chunked_gated_delta_rule;
+use qwen35::delta_rule::gated_delta_rule;
 
 type B = Autodiff<NdArray>;
 
@@ -33,7 +33,7 @@ fn run(x: &Inputs, weights: &Tensor<B, 4>) -> (Tensor<B, 1>, [Tensor<B, 4>; 3], 
     let t3 = |v: &Vec<f32>| Tensor::<B, 3>::from_data(TensorData::new(v.clone(), [1, LEN, VALUE_HEADS]), &device).require_grad();
     let (q, k, v) = (t4(&x.q, KEY_HEADS, DK), t4(&x.k, KEY_HEADS, DK), t4(&x.v, VALUE_HEADS, DV));
     let (g, beta) = (t3(&x.g), t3(&x.beta));
-    let (out, _) = chunked_gated_delta_rule(q.clone(), k.clone(), v.clone(), g.clone(), beta.clone(), None);
+    let (out, _) = gated_delta_rule(q.clone(), k.clone(), v.clone(), g.clone(), beta.clone(), None);
     ((out * weights.clone()).sum(), [q, k, v], [g, beta])
 }
 

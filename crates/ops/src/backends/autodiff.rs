@@ -62,3 +62,7 @@ impl<B: crate::Q8Matmul, C: CheckpointStrategy> crate::Q8Matmul for Autodiff<B, 
 
 /// The generic form through autodiff's own ops, so gradients reach both operands.
 impl<B: crate::DenseMatmul, C: CheckpointStrategy> crate::DenseMatmul for Autodiff<B, C> {}
+
+/// The generic chunked form through autodiff's own ops (with the inverse's own backward), so
+/// gradients reach every input.
+impl<B: crate::GatedDeltaRule, C: CheckpointStrategy> crate::GatedDeltaRule for Autodiff<B, C> {}

@@ -11,7 +11,7 @@ use burn::backend::candle::{CandleDevice, FloatCandleElement, IntCandleElement};
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
 
-use crate::{ExpertCount, UnitLowerInverse, cpu, generic};
+use crate::{ExpertCount, GatedDeltaRule, UnitLowerInverse, cpu, generic};
 
 impl<F: FloatCandleElement, I: IntCandleElement> ExpertCount for Candle<F, I> {
     fn expert_count(ids: IntTensor<Self>, num_experts: usize) -> IntTensor<Self> {
@@ -51,3 +51,33 @@ impl<F: FloatCandleElement, I: IntCandleElement> UnitLowerInverse for Candle<F, 
 impl<F: FloatCandleElement, I: IntCandleElement> crate::Q8Matmul for Candle<F, I> {}
 
 impl<F: FloatCandleElement, I: IntCandleElement> crate::DenseMatmul for Candle<F, I> {}
+
+/// On the CPU device, [`cpu::delta_rule`] on the host values (f32); elsewhere the generic
+/// chunked form.
+impl<F: FloatCandleElement, I: IntCandleElement> GatedDeltaRule for Candle<F, I> {
+    fn gated_delta_rule(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        g: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        state: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let float4 = |x| Tensor::<Self, 4>::from_primitive(TensorPrimitive::Float(x));
+        let float3 = |x| Tensor::<Self, 3>::from_primitive(TensorPrimitive::Float(x));
+        let (q, k, v, g, beta, state) = (float4(q), float4(k), float4(v), float3(g), float3(beta), float4(state));
+        let device = q.device();
+        if !matches!(device, CandleDevice::Cpu) || q.dtype() != DType::F32 {
+            let (out, state) = generic::chunked_gated_delta_rule(q, k, v, g, beta, state);
+            return (out.into_primitive().tensor(), state.into_primitive().tensor());
+        }
+        let ([batch, len, heads, dk], [.., dv]) = (q.dims(), v.dims());
+        let host = |data: TensorData| data.into_vec::<f32>().expect("f32 values");
+        let (q, k, v) = (host(q.into_data()), host(k.into_data()), host(v.into_data()));
+        let (g, beta, state) = (host(g.into_data()), host(beta.into_data()), host(state.into_data()));
+        let dims = cpu::delta_rule::Dims { batch, len, heads, dk, dv };
+        let (out, state) = cpu::delta_rule::gated_delta_rule(&q, &k, &v, &g, &beta, &state, dims);
+        let tensor = |values: Vec<f32>, shape: [usize; 4]| Tensor::<Self, 4>::from_data(TensorData::new(values, shape), &device).into_primitive().tensor();
+        (tensor(out, [batch, len, heads, dv]), tensor(state, [batch, heads, dk, dv]))
+    }
+}

@@ -69,3 +69,6 @@ impl<B: FusionBackend + UnitLowerInverse> UnitLowerInverse for Fusion<B> {
 impl<B: FusionBackend> crate::Q8Matmul for Fusion<B> {}
 
 impl<B: FusionBackend> crate::DenseMatmul for Fusion<B> {}
+
+/// The generic chunked form, whose tensor ops fuse like any others.
+impl<B: FusionBackend + UnitLowerInverse> crate::GatedDeltaRule for Fusion<B> {}

@@ -5,7 +5,7 @@ use burn::backend::ndarray::{FloatNdArrayElement, IntNdArrayElement, NdArrayTens
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, Int, Shape, Tensor, TensorData, TensorMetadata, TensorPrimitive};
 
-use crate::{DenseMatmul, ExpertCount, UnitLowerInverse, cpu, generic};
+use crate::{DenseMatmul, ExpertCount, GatedDeltaRule, UnitLowerInverse, cpu, generic};
 
 /// Calls `f` on the contiguous values of an ndarray storage (copied only if not in standard
 /// layout). Going through `TensorData` instead copies element by element whenever the array is
@@ -108,5 +108,40 @@ where
             _ => return generic::dense_matmul::<Self>(x, weights, index),
         };
         Tensor::<Self, 2>::from_data(TensorData::new(out, [n, d_out]), &Default::default()).into_primitive().tensor()
+    }
+}
+
+/// [`cpu::delta_rule`] (token by token, the state in cache) on f32 inputs read in place; other
+/// dtypes take the generic chunked form.
+impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> GatedDeltaRule for NdArray<E, I, Q>
+where
+    NdArrayTensor: From<SharedArray<E>> + From<SharedArray<I>>,
+{
+    fn gated_delta_rule(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        g: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        state: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let ([batch, len, heads, dk], [.., dv]) = (q.shape().dims::<4>(), v.shape().dims::<4>());
+        let dims = cpu::delta_rule::Dims { batch, len, heads, dk, dv };
+        let (out, state) = match (&q, &k, &v, &g, &beta, &state) {
+            (NdArrayTensor::F32(q), NdArrayTensor::F32(k), NdArrayTensor::F32(v), NdArrayTensor::F32(g), NdArrayTensor::F32(beta), NdArrayTensor::F32(state)) => {
+                with_slice!(q, |q| with_slice!(k, |k| with_slice!(v, |v| with_slice!(g, |g| with_slice!(beta, |beta| with_slice!(state, |state| {
+                    cpu::delta_rule::gated_delta_rule(q, k, v, g, beta, state, dims)
+                }))))))
+            }
+            _ => {
+                let float4 = |x| Tensor::<Self, 4>::from_primitive(TensorPrimitive::Float(x));
+                let float3 = |x| Tensor::<Self, 3>::from_primitive(TensorPrimitive::Float(x));
+                let (out, state) = generic::chunked_gated_delta_rule(float4(q), float4(k), float4(v), float3(g), float3(beta), float4(state));
+                return (out.into_primitive().tensor(), state.into_primitive().tensor());
+            }
+        };
+        let device = Default::default();
+        let tensor = |values: Vec<f32>, shape: [usize; 4]| Tensor::<Self, 4>::from_data(TensorData::new(values, shape), &device).into_primitive().tensor();
+        (tensor(out, [batch, len, heads, dv]), tensor(state, [batch, heads, dk, dv]))
     }
 }

@@ -1,12 +1,13 @@
 //! Plain-Rust kernels for the CPU backends (ndarray, candle): one pass over the ids, forward
-//! substitution per matrix in parallel over the batch, sgemm on operands read in place, and the
-//! Q8_0 matmul as an integer dot where the CPU has one.
+//! substitution per matrix in parallel over the batch, sgemm on operands read in place, the
+//! Q8_0 matmul as an integer dot where the CPU has one, and the delta rule token by token.
 
 use num_traits::Float;
 use rayon::prelude::*;
 
 use crate::{dequantize_q8, quantize_activations_q8};
 
+pub mod delta_rule;
 #[cfg(target_arch = "x86_64")]
 pub mod q8_vnni;
 

@@ -97,3 +97,6 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> UnitLowerI
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::Q8Matmul for CubeBackend<R, F, I, BT> {}
 
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::DenseMatmul for CubeBackend<R, F, I, BT> {}
+
+/// The generic chunked form (its matmuls and the inverse kernel above).
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::GatedDeltaRule for CubeBackend<R, F, I, BT> {}
