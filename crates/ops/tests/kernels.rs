@@ -265,6 +265,31 @@ fn both_cpu_q8_kernels_match_plain_loops() {
     }
 }
 
+/// Both CPU forms of the delta rule's steps, whichever this CPU would choose: in AVX-512
+/// registers (where the CPU has AVX-512F; the test says so when it has not) and the portable
+/// loops, against the definition.
+#[cfg(feature = "cpu-kernels")]
+#[test]
+fn both_cpu_delta_rule_steps_match_the_definition() {
+    use decider_ops::cpu::delta_rule::{Dims, Steps, gated_delta_rule};
+    let mut rng = Rng(43);
+    for dims in DELTA_SHAPES {
+        let [batch, len, heads, dk, dv] = dims;
+        let (q, k, v, g, beta, state) = delta_case(&mut rng, dims);
+        let (expected_out, expected_state) = naive_delta_rule(&q, &k, &v, &g, &beta, &state, dims);
+        let mut forms = vec![Steps::Portable];
+        if Steps::best() == Steps::Avx512 {
+            forms.push(Steps::Avx512);
+        } else {
+            println!("this CPU has no AVX-512F: those steps are not checked here");
+        }
+        for steps in forms {
+            let (out, final_state) = gated_delta_rule([&q, &k, &v, &g, &beta, &state], Dims { batch, len, heads, dk, dv }, steps);
+            check_delta_outputs(&format!("{steps:?}"), dims, &out, &expected_out, &final_state, &expected_state);
+        }
+    }
+}
+
 #[test]
 fn activations_round_to_8_bit_blocks() {
     let mut x = vec![0.0f32; 2 * Q8_BLOCK];
@@ -311,27 +336,42 @@ fn naive_delta_rule(q: &[f32], k: &[f32], v: &[f32], g: &[f32], beta: &[f32], st
 /// length across three 64-token chunks, no tokens, the 2B model's head width.
 const DELTA_SHAPES: [[usize; 5]; 5] = [[1, 1, 1, 4, 3], [2, 7, 3, 8, 5], [1, 130, 2, 16, 8], [2, 0, 2, 4, 4], [1, 70, 1, 128, 128]];
 
-/// The backend's scan and the generic chunked form against the definition, from a nonzero
-/// state, on inputs shaped like the layer's: unit-norm keys, queries scaled by `dk^-0.5`, `beta`
-/// in `[0, 1)`, log decays in `(-0.2, 0]`.
+/// Inputs shaped like the layer's: unit-norm keys, queries scaled by `dk^-0.5`, `beta` in `[0,
+/// 1)`, log decays in `(-0.2, 0]`, and a nonzero state: `(q, k, v, g, beta, state)`.
+fn delta_case(rng: &mut Rng, [batch, len, heads, dk, dv]: [usize; 5]) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
+    let tokens = batch * len * heads;
+    let mut unit_rows = |scale: f32| -> Vec<f32> {
+        let mut x: Vec<f32> = (0..tokens * dk).map(|_| rng.next_f32() - 0.5).collect();
+        for row in x.chunks_mut(dk) {
+            let norm = row.iter().map(|v| v * v).sum::<f32>().sqrt();
+            row.iter_mut().for_each(|v| *v *= scale / norm);
+        }
+        x
+    };
+    let (q, k) = (unit_rows((dk as f32).powf(-0.5)), unit_rows(1.0));
+    let v: Vec<f32> = (0..tokens * dv).map(|_| 2.0 * rng.next_f32() - 1.0).collect();
+    let g: Vec<f32> = (0..tokens).map(|_| -0.2 * rng.next_f32()).collect();
+    let beta: Vec<f32> = (0..tokens).map(|_| rng.next_f32()).collect();
+    let state: Vec<f32> = (0..batch * heads * dk * dv).map(|_| rng.next_f32() - 0.5).collect();
+    (q, k, v, g, beta, state)
+}
+
+/// Outputs and final state within `1e-4 (1 + |expected|)` of the definition's.
+fn check_delta_outputs(name: &str, dims: [usize; 5], out: &[f32], expected_out: &[f64], state: &[f32], expected_state: &[f64]) {
+    for (part, got, want) in [("out", out, expected_out), ("state", state, expected_state)] {
+        assert_eq!(got.len(), want.len(), "{name} {dims:?} {part}");
+        for (i, (a, e)) in got.iter().zip(want).enumerate() {
+            assert!((*a as f64 - e).abs() <= 1e-4 * (1.0 + e.abs()), "{name} {dims:?} {part}[{i}]: {a} vs {e}");
+        }
+    }
+}
+
+/// The backend's scan and the generic chunked form against the definition.
 fn check_delta_rule<B: Ops>(device: &B::Device) {
     let mut rng = Rng(41);
     for dims in DELTA_SHAPES {
         let [batch, len, heads, dk, dv] = dims;
-        let tokens = batch * len * heads;
-        let mut unit_rows = |scale: f32| -> Vec<f32> {
-            let mut x: Vec<f32> = (0..tokens * dk).map(|_| rng.next_f32() - 0.5).collect();
-            for row in x.chunks_mut(dk) {
-                let norm = row.iter().map(|v| v * v).sum::<f32>().sqrt();
-                row.iter_mut().for_each(|v| *v *= scale / norm);
-            }
-            x
-        };
-        let (q, k) = (unit_rows((dk as f32).powf(-0.5)), unit_rows(1.0));
-        let v: Vec<f32> = (0..tokens * dv).map(|_| 2.0 * rng.next_f32() - 1.0).collect();
-        let g: Vec<f32> = (0..tokens).map(|_| -0.2 * rng.next_f32()).collect();
-        let beta: Vec<f32> = (0..tokens).map(|_| rng.next_f32()).collect();
-        let state: Vec<f32> = (0..batch * heads * dk * dv).map(|_| rng.next_f32() - 0.5).collect();
+        let (q, k, v, g, beta, state) = delta_case(&mut rng, dims);
         let (expected_out, expected_state) = naive_delta_rule(&q, &k, &v, &g, &beta, &state, dims);
         let t4 = |x: &[f32], shape: [usize; 4]| Tensor::<B, 4>::from_data(TensorData::new(x.to_vec(), shape), device);
         let t3 = |x: &[f32]| Tensor::<B, 3>::from_data(TensorData::new(x.to_vec(), [batch, len, heads]), device);
@@ -343,12 +383,8 @@ fn check_delta_rule<B: Ops>(device: &B::Device) {
         for (name, (out, final_state)) in [("kernel", kernel), ("generic chunked", chunked)] {
             assert_eq!(out.dims(), [batch, len, heads, dv], "{name} {dims:?}");
             assert_eq!(final_state.dims(), [batch, heads, dk, dv], "{name} {dims:?}");
-            for (part, got, want) in [("out", out.into_data(), &expected_out), ("state", final_state.into_data(), &expected_state)] {
-                let got: Vec<f32> = got.convert::<f32>().to_vec().unwrap();
-                for (i, (a, e)) in got.iter().zip(want.iter()).enumerate() {
-                    assert!((*a as f64 - e).abs() <= 1e-4 * (1.0 + e.abs()), "{name} {dims:?} {part}[{i}]: {a} vs {e}");
-                }
-            }
+            let values = |x: Tensor<B, 4>| -> Vec<f32> { x.into_data().convert::<f32>().to_vec().unwrap() };
+            check_delta_outputs(name, dims, &values(out), &expected_out, &values(final_state), &expected_state);
         }
     }
 }

@@ -22,9 +22,34 @@ pub struct Dims {
     pub dv: usize,
 }
 
-/// Returns the outputs `[batch, len, heads, dv]` and the final state `[batch, heads, dk, dv]`
-/// (see [`crate::GatedDeltaRule`]); in parallel over batch elements, heads and column blocks.
-pub fn gated_delta_rule(q: &[f32], k: &[f32], v: &[f32], g: &[f32], beta: &[f32], state: &[f32], dims: Dims) -> (Vec<f32>, Vec<f32>) {
+/// The loops that run a block's steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Steps {
+    /// In AVX-512 registers (x86-64 CPUs with AVX-512F).
+    Avx512,
+    /// The portable loops (compiled for AVX2 where the CPU has it).
+    Portable,
+}
+
+impl Steps {
+    /// The fastest this CPU runs.
+    pub fn best() -> Steps {
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx512f") {
+            return Steps::Avx512;
+        }
+        Steps::Portable
+    }
+}
+
+/// The gated delta rule with inputs `[q, k, v, g, beta, state]` shaped by `dims`: returns the
+/// outputs `[batch, len, heads, dv]` and the final state `[batch, heads, dk, dv]` (see
+/// [`crate::GatedDeltaRule`]); in parallel over batch elements, heads and column blocks.
+///
+/// # Panics
+/// If `steps` is [`Steps::Avx512`] on a CPU without AVX-512F.
+pub fn gated_delta_rule(inputs: [&[f32]; 6], dims: Dims, steps: Steps) -> (Vec<f32>, Vec<f32>) {
+    let [q, k, v, g, beta, state] = inputs;
     let Dims { batch, len, heads, dk, dv } = dims;
     let mut state = state.to_vec();
     let mut out = vec![0f32; batch * len * heads * dv];
@@ -47,7 +72,7 @@ pub fn gated_delta_rule(q: &[f32], k: &[f32], v: &[f32], g: &[f32], beta: &[f32]
             }
             let mut outputs = vec![0f32; len * width];
             let columns = Columns { batch_index: bh / heads, head: bh % heads, first, width };
-            inputs.run(&columns, &mut block, &mut outputs);
+            inputs.run(steps, &columns, &mut block, &mut outputs);
             (block, outputs)
         })
         .collect();
@@ -84,11 +109,13 @@ struct Columns {
 
 impl Inputs<'_> {
     /// Runs every token on a block of state columns (`[dk, COLUMNS]`, zero-padded past
-    /// `width`), writing its outputs (`[len, width]`): with AVX-512 or AVX2 where the CPU has them (the same loops, wider).
-    fn run(&self, columns: &Columns, state: &mut [f32], out: &mut [f32]) {
+    /// `width`), writing its outputs (`[len, width]`): in AVX-512 registers, or the portable
+    /// loops compiled for AVX2 or the baseline.
+    fn run(&self, steps: Steps, columns: &Columns, state: &mut [f32], out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         {
-            if is_x86_feature_detected!("avx512f") {
+            if steps == Steps::Avx512 {
+                assert!(is_x86_feature_detected!("avx512f"), "this CPU has no AVX-512F");
                 // SAFETY: the CPU has the feature.
                 return unsafe { self.run_avx512(columns, state, out) };
             }
@@ -97,13 +124,66 @@ impl Inputs<'_> {
                 return unsafe { self.run_avx2(columns, state, out) };
             }
         }
+        assert!(steps == Steps::Portable, "{steps:?} needs an x86-64 CPU");
         self.steps(columns, state, out)
     }
 
+    /// [`Inputs::steps`] in AVX-512 registers: a block row is two registers, and the per-column
+    /// sums stay in four (the compiler spills the portable loop's arrays to the stack).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     unsafe fn run_avx512(&self, columns: &Columns, state: &mut [f32], out: &mut [f32]) {
-        self.steps(columns, state, out)
+        use std::arch::x86_64::*;
+        const _: () = assert!(COLUMNS == 32, "the AVX-512 steps hold a block row in two registers");
+        let Dims { len, heads, dk, dv, .. } = self.dims;
+        let width = columns.width;
+        assert_eq!(state.len(), dk * COLUMNS);
+        let rows = state.as_mut_ptr();
+        for (t, out) in out.chunks_exact_mut(width).enumerate() {
+            let token = (columns.batch_index * len + t) * heads + columns.head;
+            let (q, k) = (&self.q[token * dk..][..dk], &self.k[token * dk..][..dk]);
+            let mut v = [0f32; COLUMNS];
+            v[..width].copy_from_slice(&self.v[token * dv + columns.first..][..width]);
+            let decay = _mm512_set1_ps(self.g[token].exp());
+            let (mut p0, mut p1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+            for (i, &k_i) in k.iter().enumerate() {
+                // SAFETY: row `i < dk` of the `[dk, 32]` block.
+                unsafe {
+                    let row = rows.add(i * COLUMNS);
+                    let (s0, s1) = (_mm512_mul_ps(_mm512_loadu_ps(row), decay), _mm512_mul_ps(_mm512_loadu_ps(row.add(16)), decay));
+                    _mm512_storeu_ps(row, s0);
+                    _mm512_storeu_ps(row.add(16), s1);
+                    let k_i = _mm512_set1_ps(k_i);
+                    p0 = _mm512_fmadd_ps(s0, k_i, p0);
+                    p1 = _mm512_fmadd_ps(s1, k_i, p1);
+                }
+            }
+            let beta = _mm512_set1_ps(self.beta[token]);
+            // SAFETY: `v` holds 32 values.
+            let (v0, v1) = unsafe { (_mm512_loadu_ps(v.as_ptr()), _mm512_loadu_ps(v.as_ptr().add(16))) };
+            let (d0, d1) = (_mm512_mul_ps(_mm512_sub_ps(v0, p0), beta), _mm512_mul_ps(_mm512_sub_ps(v1, p1), beta));
+            let (mut r0, mut r1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+            for (i, (&k_i, &q_i)) in k.iter().zip(q).enumerate() {
+                // SAFETY: row `i < dk` of the `[dk, 32]` block.
+                unsafe {
+                    let row = rows.add(i * COLUMNS);
+                    let k_i = _mm512_set1_ps(k_i);
+                    let (s0, s1) = (_mm512_fmadd_ps(k_i, d0, _mm512_loadu_ps(row)), _mm512_fmadd_ps(k_i, d1, _mm512_loadu_ps(row.add(16))));
+                    _mm512_storeu_ps(row, s0);
+                    _mm512_storeu_ps(row.add(16), s1);
+                    let q_i = _mm512_set1_ps(q_i);
+                    r0 = _mm512_fmadd_ps(s0, q_i, r0);
+                    r1 = _mm512_fmadd_ps(s1, q_i, r1);
+                }
+            }
+            let mut read = [0f32; COLUMNS];
+            // SAFETY: `read` holds 32 values.
+            unsafe {
+                _mm512_storeu_ps(read.as_mut_ptr(), r0);
+                _mm512_storeu_ps(read.as_mut_ptr().add(16), r1);
+            }
+            out.copy_from_slice(&read[..width]);
+        }
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -113,8 +193,8 @@ impl Inputs<'_> {
     }
 
     /// Per token: one pass over the block decays it and predicts `Sᵀ k`; a second adds
-    /// `k (beta (v - Sᵀ k))ᵀ` and reads out `Sᵀ q`. The per-column sums are fixed-size arrays,
-    /// which the compiler keeps in registers.
+    /// `k (beta (v - Sᵀ k))ᵀ` and reads out `Sᵀ q`. The portable form, for CPUs without
+    /// AVX-512.
     #[inline(always)]
     fn steps(&self, columns: &Columns, state: &mut [f32], out: &mut [f32]) {
         let Dims { len, heads, dk, dv, .. } = self.dims;
