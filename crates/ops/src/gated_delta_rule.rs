@@ -26,11 +26,24 @@ pub trait GatedDeltaRule: UnitLowerInverse {
         beta: FloatTensor<Self>,
         state: FloatTensor<Self>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let float4 = |x| Tensor::<Self, 4>::from_primitive(TensorPrimitive::Float(x));
-        let float3 = |x| Tensor::<Self, 3>::from_primitive(TensorPrimitive::Float(x));
-        let (out, state) = crate::generic::chunked_gated_delta_rule(float4(q), float4(k), float4(v), float3(g), float3(beta), float4(state));
-        (out.into_primitive().tensor(), state.into_primitive().tensor())
+        chunked::<Self>(q, k, v, g, beta, state)
     }
+}
+
+/// [`crate::generic::chunked_gated_delta_rule`] on primitives: the default, and the fallback of
+/// the kernels for what they do not take.
+pub(crate) fn chunked<B: UnitLowerInverse>(
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    g: FloatTensor<B>,
+    beta: FloatTensor<B>,
+    state: FloatTensor<B>,
+) -> (FloatTensor<B>, FloatTensor<B>) {
+    let float4 = |x| Tensor::<B, 4>::from_primitive(TensorPrimitive::Float(x));
+    let float3 = |x| Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(x));
+    let (out, state) = crate::generic::chunked_gated_delta_rule(float4(q), float4(k), float4(v), float3(g), float3(beta), float4(state));
+    (out.into_primitive().tensor(), state.into_primitive().tensor())
 }
 
 /// See [`GatedDeltaRule::gated_delta_rule`]; the shapes are checked here.

@@ -30,10 +30,11 @@ pub trait Q8Matmul: Backend {
         <Self::IntElem as Element>::dtype()
     }
 
-    /// The order this backend's kernel reads a weight's values in: `values` `[out, in]`
-    /// row-major, returned as the same number of values that [`Q8Matmul::q8_matmul`] then
-    /// receives. The default keeps them as they are; a kernel may regroup rows (ndarray with
-    /// AVX-512 VNNI interleaves them by 16 for its integer dot). [`q8_values`] applies it.
+    /// The order this backend's kernel reads a weight's values in: `values` are one or a stack of
+    /// weights `[out, in]`, row-major, returned as the same number of values that
+    /// [`Q8Matmul::q8_matmul`] then receives, weight by weight. The default keeps them as they
+    /// are; a kernel may regroup rows (ndarray with AVX-512 VNNI interleaves them by 16 for its
+    /// integer dot). [`q8_values`] applies it.
     fn q8_layout(values: Vec<i8>, d_out: usize, d_in: usize) -> Vec<i8> {
         let _ = (d_out, d_in);
         values
@@ -67,11 +68,7 @@ pub fn q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales
 /// backend's [`Q8Matmul::q8_values_dtype`], each weight in its [`Q8Matmul::q8_layout`].
 pub fn q8_values<B: Q8Matmul, const D: usize>(values: Vec<i8>, shape: impl Into<Shape>, device: &B::Device) -> Tensor<B, D, Int> {
     let shape = shape.into();
-    let (d_out, d_in) = (shape[D - 2], shape[D - 1]);
-    let values = match d_out * d_in {
-        0 => values,
-        size => values.chunks(size).flat_map(|weight| B::q8_layout(weight.to_vec(), d_out, d_in)).collect(),
-    };
+    let values = B::q8_layout(values, shape[D - 2], shape[D - 1]);
     Tensor::from_data(TensorData::new(values, shape), (device, B::q8_values_dtype()))
 }
 

@@ -92,7 +92,7 @@ impl GatedDeltaNetConfig {
 impl<B: GatedDeltaRule + ProjectionOps> GatedDeltaNet<B> {
     /// `x`: `[batch, len, hidden]`, continuing from `past` if given. Returns the output and the
     /// state after these tokens. Like transformers, a single token with a past state takes the
-    /// recurrent form and everything else the chunked form.
+    /// recurrent form and everything else the backend's scan ([`decider_ops::GatedDeltaRule`]).
     pub fn forward(&self, x: Tensor<B, 3>, past: Option<&DeltaNetState<B>>) -> (Tensor<B, 3>, DeltaNetState<B>) {
         let [batch, len, _] = x.dims();
         let (hk, hv, dk, dv) = (self.num_key_heads, self.num_value_heads, self.key_head_dim, self.value_head_dim);

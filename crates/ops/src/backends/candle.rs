@@ -8,8 +8,8 @@
 
 use burn::backend::Candle;
 use burn::backend::candle::{CandleDevice, FloatCandleElement, IntCandleElement};
-use burn::tensor::ops::{FloatTensor, IntTensor};
-use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::ops::{FloatTensor, FloatTensorOps, IntTensor};
+use burn::tensor::{DType, Int, Tensor, TensorData, TensorMetadata, TensorPrimitive};
 
 use crate::{ExpertCount, GatedDeltaRule, UnitLowerInverse, cpu, generic};
 
@@ -63,14 +63,13 @@ impl<F: FloatCandleElement, I: IntCandleElement> GatedDeltaRule for Candle<F, I>
         beta: FloatTensor<Self>,
         state: FloatTensor<Self>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let device = <Self as FloatTensorOps<Self>>::float_device(&q);
+        if !matches!(device, CandleDevice::Cpu) || q.dtype() != DType::F32 {
+            return crate::gated_delta_rule::chunked::<Self>(q, k, v, g, beta, state);
+        }
         let float4 = |x| Tensor::<Self, 4>::from_primitive(TensorPrimitive::Float(x));
         let float3 = |x| Tensor::<Self, 3>::from_primitive(TensorPrimitive::Float(x));
         let (q, k, v, g, beta, state) = (float4(q), float4(k), float4(v), float3(g), float3(beta), float4(state));
-        let device = q.device();
-        if !matches!(device, CandleDevice::Cpu) || q.dtype() != DType::F32 {
-            let (out, state) = generic::chunked_gated_delta_rule(q, k, v, g, beta, state);
-            return (out.into_primitive().tensor(), state.into_primitive().tensor());
-        }
         let ([batch, len, heads, dk], [.., dv]) = (q.dims(), v.dims());
         let host = |data: TensorData| data.into_vec::<f32>().expect("f32 values");
         let (q, k, v) = (host(q.into_data()), host(k.into_data()), host(v.into_data()));

@@ -133,12 +133,7 @@ where
                     cpu::delta_rule::gated_delta_rule([q, k, v, g, beta, state], dims, cpu::delta_rule::Steps::best())
                 }))))))
             }
-            _ => {
-                let float4 = |x| Tensor::<Self, 4>::from_primitive(TensorPrimitive::Float(x));
-                let float3 = |x| Tensor::<Self, 3>::from_primitive(TensorPrimitive::Float(x));
-                let (out, state) = generic::chunked_gated_delta_rule(float4(q), float4(k), float4(v), float3(g), float3(beta), float4(state));
-                return (out.into_primitive().tensor(), state.into_primitive().tensor());
-            }
+            _ => return crate::gated_delta_rule::chunked::<Self>(q, k, v, g, beta, state),
         };
         let device = Default::default();
         let tensor = |values: Vec<f32>, shape: [usize; 4]| Tensor::<Self, 4>::from_data(TensorData::new(values, shape), &device).into_primitive().tensor();

@@ -20,7 +20,8 @@ pub fn q8_integer_dot() -> bool {
     return false;
 }
 
-/// The order [`q8_matmul`] reads a weight's values `[d_out, d_in]` in on this CPU.
+/// The order [`q8_matmul`] reads the values of a weight (or a stack of them) `[d_out, d_in]` in on
+/// this CPU.
 pub fn q8_layout(values: Vec<i8>, d_out: usize, d_in: usize) -> Vec<i8> {
     #[cfg(target_arch = "x86_64")]
     if q8_integer_dot() {

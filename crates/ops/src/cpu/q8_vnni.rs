@@ -29,23 +29,27 @@ pub fn available() -> bool {
     is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vnni")
 }
 
-/// `values [d_out, d_in]` regrouped as the kernel reads them: for each group of 16 rows (the
-/// last may have fewer, `r`), for each `k` step of 4 inputs, `r × 4` bytes (row by row, 4
-/// inputs each). A permutation: the same values, the same count.
+/// The values of each weight `[d_out, d_in]` of a stack regrouped as the kernel reads them: for
+/// each group of 16 rows (the last may have fewer, `r`), for each `k` step of 4 inputs, `r × 4`
+/// bytes (row by row, 4 inputs each). A permutation: the same values, the same count.
 pub fn layout(values: &[i8], d_out: usize, d_in: usize) -> Vec<i8> {
     let mut grouped = vec![0i8; values.len()];
     if values.is_empty() {
         return grouped;
     }
-    grouped.par_chunks_mut(GROUP * d_in).zip(values.par_chunks(GROUP * d_in)).for_each(|(grouped, rows)| {
-        let width = rows.len() / d_in;
-        for (r, row) in rows.chunks_exact(d_in).enumerate() {
-            for (step, four) in row.chunks_exact(4).enumerate() {
-                grouped[step * width * 4 + r * 4..][..4].copy_from_slice(four);
+    debug_assert_eq!(values.len() % (d_out * d_in), 0);
+    // Groups never cross a weight: each weight is cut on its own.
+    let weights = grouped.par_chunks_mut(d_out * d_in).zip(values.par_chunks(d_out * d_in));
+    weights.flat_map(|(grouped, weight)| grouped.par_chunks_mut(GROUP * d_in).zip(weight.par_chunks(GROUP * d_in))).for_each(
+        |(grouped, rows)| {
+            let width = rows.len() / d_in;
+            for (r, row) in rows.chunks_exact(d_in).enumerate() {
+                for (step, four) in row.chunks_exact(4).enumerate() {
+                    grouped[step * width * 4 + r * 4..][..4].copy_from_slice(four);
+                }
             }
-        }
-    });
-    debug_assert_eq!(values.len(), d_out * d_in);
+        },
+    );
     grouped
 }
 
