@@ -83,6 +83,9 @@ pub struct ServeArgs {
     /// Seconds a request's body may take to arrive (408 after).
     #[arg(long, env = "DECIDER_BODY_TIMEOUT", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub body_timeout: u64,
+    /// Seconds a write of an answer may wait for the client to read; then the connection is closed.
+    #[arg(long, env = "DECIDER_WRITE_TIMEOUT", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub write_timeout: u64,
     /// Seconds requests in flight get to finish after SIGTERM or Ctrl-C; then the server exits.
     #[arg(long, env = "DECIDER_SHUTDOWN_TIMEOUT", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub shutdown_timeout: u64,
@@ -184,7 +187,11 @@ pub fn serve<B: Qwen35Ops>(
         max_body_bytes: args.max_body_bytes,
         body_timeout: Duration::from_secs(args.body_timeout),
     };
-    let timeouts = listener::Timeouts { header: Duration::from_secs(args.header_timeout), shutdown: Duration::from_secs(args.shutdown_timeout) };
+    let timeouts = listener::Timeouts {
+        header: Duration::from_secs(args.header_timeout),
+        write: Duration::from_secs(args.write_timeout),
+        shutdown: Duration::from_secs(args.shutdown_timeout),
+    };
     let state = Arc::new(AppState { prompter, jobs, backlog: Backlog::default(), memory: memory::MemoryBudget::new(args.max_memory.saturating_mul(1 << 20)), limits, source, device, stats });
     let app = Router::new()
         .route("/v1/systemone", post(systemone))

@@ -510,6 +510,33 @@ fn idle_and_slow_clients_are_closed_in_time_and_do_not_starve_others() {
     assert!(start.elapsed() < Duration::from_secs(15), "idle connections closed after {:?}", start.elapsed());
 }
 
+#[test]
+fn a_client_that_stops_reading_its_answers_is_closed_after_the_write_timeout() {
+    use std::io::{Read, Write};
+    use std::time::Duration;
+    let server = Server::start(DECIDER, &["--write-timeout", "2"]);
+    let mut stream = std::net::TcpStream::connect(server.address()).unwrap();
+    // 100,000 pipelined requests: their answers (30 MB) are far more than the sockets buffer, and
+    // the client reads none of them for 6 s.
+    let (batches, per_batch) = (100, 1000);
+    let requests = "GET /health HTTP/1.1\r\nhost: x\r\n\r\n".repeat(per_batch);
+    let mut writer = stream.try_clone().unwrap();
+    let writing = std::thread::spawn(move || (0..batches).take_while(|_| writer.write_all(requests.as_bytes()).is_ok()).count());
+    std::thread::sleep(Duration::from_secs(6));
+    // Others are answered meanwhile.
+    assert_eq!(server.get("/health").0, 200);
+    // The server gave up on the stalled writes: the connection ends after the answers it had
+    // written, where it would otherwise answer all and wait for more.
+    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut answers = Vec::new();
+    let read = stream.read_to_end(&mut answers);
+    let timed_out = read.as_ref().is_err_and(|e| matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut));
+    let answered = String::from_utf8_lossy(&answers).matches("HTTP/1.1 200").count();
+    assert!(!timed_out, "the connection is still open after {answered} answers: {read:?}");
+    assert!(answered < batches * per_batch, "every request was answered");
+    writing.join().unwrap();
+}
+
 #[cfg(unix)]
 #[test]
 fn sigterm_finishes_in_bounded_time_while_a_client_holds_half_a_request() {

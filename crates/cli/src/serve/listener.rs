@@ -4,7 +4,8 @@
 //! hyper's header timeout runs whenever a connection waits for a request's headers: on a new
 //! connection and between the requests of a keep-alive one. So it is also the idle timeout:
 //! a client that connects and says nothing, or stays connected after its answer, is closed
-//! after it. The body's timeout is the body reader's (`body.rs`).
+//! after it. The body's timeout is the body reader's (`body.rs`). A write that makes no progress
+//! for the write timeout (a client that stopped reading its answers) closes the connection.
 
 use std::time::Duration;
 
@@ -14,11 +15,14 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tokio_io_timeout::TimeoutStream;
 
 #[derive(Clone, Copy)]
 pub(super) struct Timeouts {
     /// Time a connection may wait for (or take to send) a request's headers.
     pub header: Duration,
+    /// Time one write of an answer may wait for the client to read.
+    pub write: Duration,
     /// Time requests in flight get to finish once shutdown starts; then their connections close.
     pub shutdown: Duration,
 }
@@ -44,7 +48,9 @@ pub(super) async fn serve(listener: TcpListener, app: Router, timeouts: Timeouts
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone())));
+        let mut stream = TimeoutStream::new(stream);
+        stream.set_write_timeout(Some(timeouts.write));
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(Box::pin(stream)), TowerToHyperService::new(app.clone())));
         tokio::spawn(connection);
     }
     drop(listener);
