@@ -18,7 +18,7 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use decider::{AnswerType, DeciderError, Prompter};
+use decider::{AnswerType, DeciderError, Prompter, Row, WorkingMemory};
 use qwen35::Qwen35Ops;
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
@@ -73,8 +73,9 @@ pub struct ServeArgs {
     /// Largest request body in bytes (413 above).
     #[arg(long, env = "DECIDER_MAX_BODY_BYTES", default_value_t = 64 << 20)]
     pub max_body_bytes: usize,
-    /// MiB that requests in flight may hold: bodies as they arrive and the JSON they parse to
-    /// (413 for a request that could never fit, 503 while others hold it).
+    /// MiB that requests in flight may hold: bodies as they arrive, the JSON they parse to, their
+    /// plans and the model's working memory for them (413 for a request that could never fit,
+    /// 503 while others hold it).
     #[arg(long, env = "DECIDER_MAX_MEMORY", default_value_t = 4096, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 30))]
     pub max_memory: usize,
     /// Seconds a connection may wait for a request's headers, idle keep-alive included; then it is closed.
@@ -96,6 +97,8 @@ struct AppState {
     jobs: mpsc::Sender<Job>,
     backlog: Backlog,
     memory: memory::MemoryBudget,
+    /// Sizes the model's working memory for a request.
+    working: WorkingMemory,
     limits: Limits,
     source: String,
     device: String,
@@ -158,6 +161,8 @@ pub fn serve<B: Qwen35Ops>(
     ready: impl FnOnce(&str, SocketAddr),
 ) -> anyhow::Result<()> {
     let (jobs, inbox) = mpsc::channel::<Job>();
+    let budget = memory::MemoryBudget::new(args.max_memory.saturating_mul(1 << 20));
+    let model_budget = budget.clone();
     let stats = Arc::new(Stats::default());
     let model_stats = stats.clone();
     let (loaded_tx, loaded) = mpsc::channel();
@@ -174,10 +179,10 @@ pub fn serve<B: Qwen35Ops>(
             Ok(decider) => decider,
             Err(e) => return loaded_tx.send(Err(e)).unwrap_or(()),
         };
-        let _ = loaded_tx.send(Ok((decider.prompter().clone(), decider.source().to_string(), device_label(&format!("{device:?}")))));
-        queue::answer_jobs(&decider, inbox, &model_stats);
+        let _ = loaded_tx.send(Ok((decider.prompter().clone(), decider.working_memory(), decider.source().to_string(), device_label(&format!("{device:?}")))));
+        queue::answer_jobs(&decider, inbox, &model_budget, &model_stats);
     })?;
-    let (prompter, source, device) = loaded.recv().context("the model thread stopped")??;
+    let (prompter, working, source, device) = loaded.recv().context("the model thread stopped")??;
     let limits = Limits {
         max_rows: args.max_rows,
         max_state_tokens: args.max_state_tokens,
@@ -192,7 +197,7 @@ pub fn serve<B: Qwen35Ops>(
         write: Duration::from_secs(args.write_timeout),
         shutdown: Duration::from_secs(args.shutdown_timeout),
     };
-    let state = Arc::new(AppState { prompter, jobs, backlog: Backlog::default(), memory: memory::MemoryBudget::new(args.max_memory.saturating_mul(1 << 20)), limits, source, device, stats });
+    let state = Arc::new(AppState { prompter, jobs, backlog: Backlog::default(), memory: budget, working, limits, source, device, stats });
     let app = Router::new()
         .route("/v1/systemone", post(systemone))
         .route("/decide", post(decide))
@@ -286,25 +291,33 @@ impl AppState {
         planned.map_err(|e| self.refused(&self.stats.errors, unprocessable(e)))
     }
 
-    /// Admits `rows` rows and the `plan_bytes` their plan holds (in the memory budget until it
-    /// is answered), has the model thread run the work `job` makes of a reply sender, and waits
-    /// for its answer to `questions` questions.
+    /// Admits `rows` and reserves what they need: the bytes their plan holds and the model's
+    /// working memory for them ([`AppState::sizes`]), in the memory budget until it is answered;
+    /// has the model thread run the work `job` makes of a reply sender, and waits for its
+    /// answer to `questions` questions.
     async fn answer<T>(
         &self,
         rows: usize,
-        plan_bytes: usize,
+        (plan_bytes, working): (usize, usize),
         questions: usize,
         job: impl FnOnce(oneshot::Sender<Result<T, DeciderError>>) -> Work,
     ) -> Result<T, ApiError> {
         let mut memory = self.memory.reservation();
-        memory.grow(plan_bytes, "its rows and questions").map_err(|e| self.refused_by_status(e))?;
+        let what = format!("the plan of its rows and questions ({} MiB) with the model's working memory for them ({} MiB)", memory::mib(plan_bytes), memory::mib(working));
+        memory.grow(plan_bytes.saturating_add(working), &what).map_err(|e| self.refused_by_status(e))?;
         let admission = self.admit(rows)?;
         let (reply, answer) = oneshot::channel();
-        self.jobs.send(Job { work: job(reply), admission, memory }).map_err(|_| internal("the model thread has stopped"))?;
+        self.jobs.send(Job { work: job(reply), admission, memory, working }).map_err(|_| internal("the model thread has stopped"))?;
         let answer = answer.await.map_err(|_| model_failed()).and_then(|r| r.map_err(internal));
         let answer = answer.map_err(|e| self.refused(&self.stats.errors, e))?;
         self.stats.answered(questions);
         Ok(answer)
+    }
+
+    /// The bytes a plan of `rows`, holding `plan_bytes`, needs: those, and the model's working
+    /// memory to score the rows.
+    fn sizes(&self, rows: &[Row], plan_bytes: usize) -> (usize, usize) {
+        (plan_bytes, self.working.bytes(&[rows]))
     }
 
     /// Counts the request as abandoned unless [`ClientWatch::finished`] is called before it drops.
@@ -367,8 +380,8 @@ async fn answer_systemone(state: &Arc<AppState>, body: Value, reservation: Reser
     }
     let plan = state.plan(reservation, move |prompter| prompter.plan(&request)).await?;
     state.check_size(&plan.rows.iter().map(|r| r.ids.len()).collect::<Vec<_>>())?;
-    let (rows, bytes, questions) = (plan.rows.len(), plan.heap_bytes(), plan.questions.len());
-    state.answer(rows, bytes, questions, |reply| Work::SystemOne(plan, reply)).await
+    let (rows, sizes, questions) = (plan.rows.len(), state.sizes(&plan.rows, plan.heap_bytes()), plan.questions.len());
+    state.answer(rows, sizes, questions, |reply| Work::SystemOne(plan, reply)).await
 }
 
 async fn decide(State(state): State<Arc<AppState>>, JsonBody(body, reservation): JsonBody) -> Result<axum::Json<Map<String, Value>>, ApiError> {
@@ -398,8 +411,8 @@ async fn answer_decide(state: &Arc<AppState>, body: Value, reservation: Reservat
         return Ok(Map::new());
     }
     state.check_size(&[plan.row_tokens()])?;
-    let (bytes, questions) = (plan.heap_bytes(), plan.questions());
-    state.answer(1, bytes, questions, |reply| Work::Decide(plan, reply)).await
+    let (sizes, questions) = (state.sizes(plan.rows(), plan.heap_bytes()), plan.questions());
+    state.answer(1, sizes, questions, |reply| Work::Decide(plan, reply)).await
 }
 
 /// `device` as the reference's `/health` spells it (`str(torch.device)`): `"cpu"` for a CPU

@@ -324,9 +324,10 @@ fn bodies_are_parsed_within_the_memory_budget() {
 }
 
 /// A small body can plan to many rows (every question repeats the state): the plan's token ids
-/// are held in the memory budget while the request waits for the model, and released after.
+/// are held in the memory budget while the request waits for the model, with the model's
+/// working memory for them, and released after.
 #[test]
-fn queued_rows_are_held_in_the_memory_budget() {
+fn queued_rows_and_their_working_memory_are_held_in_the_memory_budget() {
     let questions: serde_json::Map<String, Value> =
         (0..100).map(|i| (format!("q{i}"), json!({"type": "noul", "instructions": format!("Is fact {i} true?")}))).collect();
     let body = json!({"state": "word ".repeat(3000), "questions": questions}).to_string();
@@ -336,15 +337,36 @@ fn queued_rows_are_held_in_the_memory_budget() {
     let (status, response) = small.post("/v1/systemone", &body);
     assert_eq!(status, 413, "{response}");
     let detail = response["detail"].as_str().unwrap();
-    assert!(detail.starts_with("request too large for memory: its rows and questions needs 2 MiB, the limit is 1 MiB"), "{detail}");
+    let prefix = "request too large for memory: the plan of its rows and questions (2 MiB) with the model's working memory for them (";
+    assert!(detail.starts_with(prefix) && detail.ends_with("the limit is 1 MiB (--max-memory, DECIDER_MAX_MEMORY)"), "{detail}");
+    let needed: String = detail.split(" needs ").nth(1).unwrap().chars().take_while(char::is_ascii_digit).collect();
     assert_eq!(small.get("/stats").1["memory_held_bytes"], 0);
     drop(small);
 
-    let roomy = Server::start(DECIDER, &["--max-memory", "3"]);
+    // What it said it needs is enough.
+    let roomy = Server::start(DECIDER, &["--max-memory", &needed]);
     let (status, response) = roomy.post("/v1/systemone", &body);
     assert_eq!(status, 200, "{response}");
     assert_eq!(response["answers"].as_object().unwrap().len(), 100);
     assert_eq!(roomy.get("/stats").1["memory_held_bytes"], 0, "released once answered");
+}
+
+/// The model's working memory grows with the state (its cache, attention's scores over it): a
+/// 32,768-token state that needs more than the budget is refused before it runs, and a short
+/// one is answered by the same server.
+#[test]
+fn a_request_whose_working_memory_exceeds_the_budget_is_refused_before_it_runs() {
+    let server = Server::start(DECIDER, &["--max-memory", "32"]);
+    let question = json!({"q": {"type": "noul", "instructions": "Long?"}});
+    let (status, response) = server.post("/v1/systemone", &json!({"state": "word ".repeat(40_000), "questions": question}).to_string());
+    assert_eq!(status, 413, "{response}");
+    let detail = response["detail"].as_str().unwrap();
+    assert!(detail.contains("with the model's working memory for them (") && detail.ends_with("the limit is 32 MiB (--max-memory, DECIDER_MAX_MEMORY)"), "{detail}");
+    assert!(server.log().contains("decider: refused status=413 detail="), "logged:\n{}", server.log());
+    let (status, response) = server.post("/v1/systemone", &json!({"state": "word ".repeat(100), "questions": question}).to_string());
+    assert_eq!(status, 200, "{response}");
+    let (_, stats) = server.get("/stats");
+    assert_eq!((stats["rejected_too_large"].as_u64(), stats["memory_held_bytes"].as_u64()), (Some(1), Some(0)), "{stats}");
 }
 
 #[test]

@@ -12,11 +12,12 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::answer::{assemble, argmax};
-use crate::batch::plan_batches;
 use crate::config::DeciderConfig;
 use crate::demo::{DEMO_DECIDER_CONFIG, demo_model};
 use crate::error::DeciderError;
-use crate::prompt::{Plan, PlanOptions, Row, RowQuestion, common_prefix, context_ids, plan, row};
+use crate::prompt::{Plan, PlanOptions, Row, RowQuestion, context_ids, plan, row};
+use crate::schedule::{batches, schedule};
+use crate::working_memory::WorkingMemory;
 use crate::tokenizer::MAX_OPTIONS;
 use crate::question::AnswerType;
 use crate::readout::probabilities;
@@ -308,49 +309,35 @@ impl<B: Qwen35Ops> Decider<B> {
     fn slot_logits_of(&self, requests: &[&[Row]]) -> Vec<Vec<Vec<f32>>> {
         // Per request and row, the logits of the row's slots, filled as the batches run.
         let mut logits: Vec<Vec<Vec<Vec<f32>>>> = requests.iter().map(|rows| vec![Vec::new(); rows.len()]).collect();
-        let mut unshared = Vec::new();
-        for (r, rows) in requests.iter().enumerate() {
-            let scored: Vec<_> = rows.iter().enumerate().filter(|(_, row)| !row.slots.is_empty()).map(|(i, row)| ((r, i), row)).collect();
-            let prefix = self.shared_prefix(rows);
-            if prefix == 0 || scored.is_empty() {
-                unshared.extend(scored);
-                continue;
-            }
+        let schedule = schedule(requests, self.share_prefix);
+        for (prefix, rows) in schedule.prefixed {
             // The state prefix runs once; its cache is forked for the rows' continuations.
             let mut cache = self.model.new_cache();
-            let hidden = self.model.hidden_states(self.ids(&rows[0].ids[..prefix]), &mut cache);
+            let hidden = self.model.hidden_states(self.ids(&rows[0].1.ids[..prefix]), &mut cache);
             let prefix = Prefix { len: prefix, cache, hidden };
-            for ((r, i), slots) in self.run_rows(&scored, Some(&prefix)) {
+            for ((r, i), slots) in self.run_rows(&rows, Some(&prefix)) {
                 logits[r][i] = slots;
             }
         }
-        for ((r, i), slots) in self.run_rows(&unshared, None) {
+        for ((r, i), slots) in self.run_rows(&schedule.unshared, None) {
             logits[r][i] = slots;
         }
         logits.into_iter().map(|rows| rows.into_iter().flatten().collect()).collect()
     }
 
-    /// Tokens every row of `rows` starts with that run once for all of them: their common
-    /// prefix, ending at least one token before the shortest row so that every row runs its
-    /// own last token (its slot) past the fork; 0 for one row or when sharing is off.
-    fn shared_prefix(&self, rows: &[Row]) -> usize {
-        if !self.share_prefix || rows.len() < 2 {
-            return 0;
-        }
-        let shortest = rows.iter().map(|r| r.ids.len()).min().unwrap_or(0);
-        common_prefix(rows).min(shortest.saturating_sub(1))
+    /// The sizes that bound the memory of scoring requests ([`WorkingMemory::bytes`]).
+    pub fn working_memory(&self) -> WorkingMemory {
+        WorkingMemory { call: self.model.call_memory(), share_prefix: self.share_prefix }
     }
 
     /// The label logits at every slot of each of `rows` (keyed by the caller), each row run
-    /// after `prefix` or from scratch. Rows run in the batches [`plan_batches`] groups them in
-    /// (each alone when sharing is off), right-padded with id 0: causality keeps the padding
-    /// from reaching any slot.
+    /// after `prefix` or from scratch. Rows run in the batches [`batches`] groups them in,
+    /// right-padded with id 0: causality keeps the padding from reaching any slot.
     fn run_rows<K: Copy>(&self, rows: &[(K, &Row)], prefix: Option<&Prefix<B>>) -> Vec<(K, Vec<Vec<f32>>)> {
         let start = prefix.map_or(0, |p| p.len);
         let lengths: Vec<usize> = rows.iter().map(|(_, row)| row.ids.len() - start).collect();
-        let groups = if self.share_prefix { plan_batches(&lengths) } else { (0..rows.len()).map(|i| vec![i]).collect() };
         let mut out = Vec::with_capacity(rows.len());
-        for group in groups {
+        for group in batches(&lengths, self.share_prefix) {
             let width = group.iter().map(|&i| lengths[i]).max().unwrap_or(0);
             let ids: Vec<i64> = group
                 .iter()

@@ -11,8 +11,10 @@ pub mod prompt;
 pub mod python_json;
 pub mod question;
 pub mod readout;
+mod schedule;
 pub mod state;
 pub mod tokenizer;
+pub mod working_memory;
 
 pub use config::DeciderConfig;
 pub use engine::{DecideAnswer, DecideQuestion, Decider, Prompter, SystemOneRequest, SystemOneResponse, Usage};
@@ -20,5 +22,6 @@ pub use error::DeciderError;
 pub use prompt::{Plan, PlanOptions, Row};
 pub use question::{AnswerType, RenderedQuestion};
 pub use tokenizer::{LabelTable, Tokenizer};
+pub use working_memory::WorkingMemory;
 /// The backend bound of [`Decider`]: the one the Qwen3.5 layers need.
 pub use qwen35::Qwen35Ops;

@@ -169,8 +169,8 @@ const MASKED: f32 = -1e30;
 /// `start..start + width` of it) lies after the query row's token (row `j * len + i` is token
 /// `i`). Made on the device from two ranges, never as a `[len, positions]` host array.
 fn causal_mask<B: Backend>(len: usize, group: usize, start: usize, width: usize, device: &B::Device) -> Tensor<B, 4, Bool> {
-    let shape = [group, len, width];
-    let token = Tensor::<B, 1, Int>::arange(0..len as i64, device).reshape([1, len, 1]).expand(shape);
-    let key = Tensor::<B, 1, Int>::arange(start as i64..(start + width) as i64, device).reshape([1, 1, width]).expand(shape);
-    key.greater(token).reshape([1, 1, group * len, width])
+    // Compared by broadcasting: only the boolean result has the full shape.
+    let token = Tensor::<B, 1, Int>::arange(0..len as i64, device).reshape([1, len, 1]);
+    let key = Tensor::<B, 1, Int>::arange(start as i64..(start + width) as i64, device).reshape([1, 1, width]);
+    key.greater(token).expand([group, len, width]).reshape([1, 1, group * len, width])
 }

@@ -16,6 +16,7 @@ pub mod delta_net;
 pub mod delta_rule;
 mod error;
 pub mod format;
+mod memory;
 pub mod mlp;
 pub mod model;
 pub mod moe;
@@ -28,6 +29,7 @@ pub use cache::ModelCache;
 pub use config::{FeedForwardType, LayerType, MoeConfig, Qwen35Config};
 pub use error::{ConfigError, LoadError};
 pub use format::WeightFormat;
+pub use memory::CallMemory;
 pub use model::{ForwardTrace, LayerTrace, PrefillBlocks, Qwen35Model};
 pub use weights::{load_model, load_model_with_weights};
 

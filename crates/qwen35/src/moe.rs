@@ -142,7 +142,7 @@ impl<B: ExpertCount + ProjectionOps> SparseMoe<B> {
     }
 }
 
-impl<B: ProjectionOps> Experts<B> {
+impl<B: Backend> Experts<B> {
     /// `(E, I)`: the number of experts and each one's SwiGLU width.
     pub fn dims(&self) -> (usize, usize) {
         match self {
@@ -157,6 +157,9 @@ impl<B: ProjectionOps> Experts<B> {
         }
     }
 
+}
+
+impl<B: ProjectionOps> Experts<B> {
     /// `x [n, hidden] -> [n, 2I]`: expert `e`'s gate and up projections side by side.
     fn gate_up(&self, x: Tensor<B, 2>, expert: usize) -> Tensor<B, 2> {
         match self {

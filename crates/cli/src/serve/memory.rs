@@ -1,5 +1,6 @@
 //! The memory budget of requests in flight (`--max-memory`): bytes of bodies being read and of
-//! the JSON values they parse to, reserved before they are allocated.
+//! the JSON values they parse to, then of their plans and the model's working memory for them,
+//! reserved before they are allocated.
 //!
 //! A body's bytes are reserved as they arrive; its parse is reserved from a scan of the body
 //! before `serde_json` runs. Parsing can take a hundred times the body's size (a 72-byte
@@ -93,6 +94,14 @@ impl Reservation {
     }
 }
 
+impl Reservation {
+    /// Grows the reservation to `bytes` if it holds less, when the budget has room now; false
+    /// when it has not (nothing is reserved then).
+    pub fn try_grow_to(&mut self, bytes: usize) -> bool {
+        bytes <= self.bytes || self.grow(bytes - self.bytes, "").is_ok()
+    }
+}
+
 impl Drop for Reservation {
     fn drop(&mut self) {
         self.budget.used.fetch_sub(self.bytes, Ordering::SeqCst);
@@ -100,7 +109,7 @@ impl Drop for Reservation {
 }
 
 /// Bytes in MiB, rounded up.
-fn mib(bytes: usize) -> usize {
+pub(super) fn mib(bytes: usize) -> usize {
     bytes.div_ceil(1 << 20)
 }
 
@@ -126,5 +135,9 @@ mod tests {
         drop(first);
         second.grow(500, "the body").unwrap();
         assert_eq!(budget.used(), 500);
+        let mut third = budget.reservation();
+        assert!(!third.try_grow_to(501), "past the limit beside the others");
+        assert!(third.try_grow_to(300) && third.try_grow_to(200), "a smaller size keeps what is held");
+        assert_eq!(budget.used(), 800);
     }
 }

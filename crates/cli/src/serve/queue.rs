@@ -19,7 +19,7 @@ use qwen35::Qwen35Ops;
 use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 
-use super::memory::Reservation;
+use super::memory::{MemoryBudget, Reservation};
 use super::stats::Stats;
 
 /// Rows admitted and not yet answered or dropped, over all requests.
@@ -85,8 +85,11 @@ impl Work {
 pub(super) struct Job {
     pub work: Work,
     pub admission: Admission,
-    /// The plan's bytes in the memory budget.
+    /// The plan's bytes and the model's working memory for it ([`decider::WorkingMemory`]) in
+    /// the memory budget.
     pub memory: Reservation,
+    /// The working memory part of `memory`.
+    pub working: usize,
 }
 
 impl Job {
@@ -98,7 +101,7 @@ impl Job {
     /// before the client hears back. A panic while the answer is put together fails this
     /// request alone (its reply dropped: a 500).
     fn reply<B: Qwen35Ops>(self, decider: &Decider<B>, probabilities: Result<Vec<Vec<f64>>, DeciderError>) {
-        let Job { work, admission, memory } = self;
+        let Job { work, admission, memory, .. } = self;
         drop((admission, memory));
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work.reply(decider, probabilities)));
     }
@@ -112,8 +115,12 @@ const COLLECT_ROWS: usize = 2 * MAX_BATCH_ROWS;
 const COLLECT_TOKENS: usize = 2 * MAX_BATCH_TOKENS;
 
 /// Answers jobs until every sender is dropped: each time, the jobs queued by then, in arrival
-/// order, within [`COLLECT_ROWS`] and [`COLLECT_TOKENS`], scored together.
-pub(super) fn answer_jobs<B: Qwen35Ops>(decider: &Decider<B>, inbox: mpsc::Receiver<Job>, stats: &Stats) {
+/// order, within [`COLLECT_ROWS`] and [`COLLECT_TOKENS`], scored together. Rows of several
+/// requests padded into one batch can need more working memory than the requests reserved
+/// each alone: a request joins the others only if `budget` has room for the difference now,
+/// held until they are answered.
+pub(super) fn answer_jobs<B: Qwen35Ops>(decider: &Decider<B>, inbox: mpsc::Receiver<Job>, budget: &MemoryBudget, stats: &Stats) {
+    let sizes = decider.working_memory();
     let mut waiting = VecDeque::new();
     loop {
         if waiting.is_empty() {
@@ -125,19 +132,27 @@ pub(super) fn answer_jobs<B: Qwen35Ops>(decider: &Decider<B>, inbox: mpsc::Recei
         waiting.extend(inbox.try_iter());
         // A job whose client has gone is dropped unrun, its admission with it.
         waiting.retain(|job: &Job| !job.work.abandoned());
-        let (mut jobs, mut rows, mut tokens) = (Vec::new(), 0, 0);
+        let (mut jobs, mut rows, mut tokens, mut working) = (Vec::<Job>::new(), 0, 0, 0);
+        let mut together_extra = budget.reservation();
         while let Some(job) = waiting.front() {
             let (more_rows, more_tokens) = (job.rows().len(), job.rows().iter().map(|r| r.ids.len()).sum::<usize>());
-            if !jobs.is_empty() && (rows + more_rows > COLLECT_ROWS || tokens + more_tokens > COLLECT_TOKENS) {
-                break;
+            if !jobs.is_empty() {
+                if rows + more_rows > COLLECT_ROWS || tokens + more_tokens > COLLECT_TOKENS {
+                    break;
+                }
+                let together: Vec<&[Row]> = jobs.iter().chain([job]).map(Job::rows).collect();
+                if !together_extra.try_grow_to(sizes.bytes(&together).saturating_sub(working + job.working)) {
+                    break;
+                }
             }
-            (rows, tokens) = (rows + more_rows, tokens + more_tokens);
+            (rows, tokens, working) = (rows + more_rows, tokens + more_tokens, working + job.working);
             jobs.extend(waiting.pop_front());
         }
         if !jobs.is_empty() {
             stats.ran(&jobs.iter().map(|job| job.rows().len()).collect::<Vec<_>>());
             answer(decider, jobs);
         }
+        drop(together_extra);
     }
 }
 

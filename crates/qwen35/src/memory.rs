@@ -1,0 +1,117 @@
+//! The memory a call of the model takes beyond its weights, bounded from above before it runs,
+//! so that a server can refuse a request that would not fit instead of being killed by it.
+//!
+//! A call ([`Qwen35Model::hidden_states`]) holds three things at its peak: the cache it adds
+//! (keys and values of its tokens, the recurrent states of its rows), its output, and the
+//! largest working set of one layer on one segment ([`PrefillBlocks`]), attention's scores of
+//! one key block included. The widths below count the f32 values each layer keeps alive per
+//! token row at once, read off its `forward`; `crates/decider/tests/working_memory.rs`
+//! checks the bound against the bytes really allocated, at several widths and shapes.
+
+use burn::tensor::backend::Backend;
+
+use crate::decoder::{DecoderLayer, FeedForward, TokenMixer};
+use crate::delta_rule::CHUNK_SIZE;
+use crate::model::{PrefillBlocks, Qwen35Model};
+
+/// Bytes of an f32 activation.
+const F32: usize = 4;
+
+/// Bytes per query row, head and key of one attention step: the scores, their masked copy and
+/// their exponentials in f32, and the causal mask.
+const SCORE_BYTES: usize = 3 * F32 + 1;
+
+/// The sizes of a model that set the memory of its calls; no tensors, so any thread can size a
+/// request while the model runs on another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallMemory {
+    hidden: usize,
+    blocks: PrefillBlocks,
+    /// f32 values each position adds to the cache of a row (keys and values of every attention layer).
+    cache_per_token: usize,
+    /// f32 values of a row's recurrent and convolution states (every DeltaNet layer).
+    state_per_row: usize,
+    /// Per layer: the f32 values alive at once per token row, and the attention heads scoring keys.
+    layers: Vec<(usize, usize)>,
+}
+
+impl<B: Backend> Qwen35Model<B> {
+    /// What sets the memory of this model's calls.
+    pub fn call_memory(&self) -> CallMemory {
+        let hidden = self.embed_tokens.weight.lazy_shape().dims::<2>()[1];
+        let (mut cache_per_token, mut state_per_row) = (0, 0);
+        for layer in &self.layers {
+            match &layer.mixer {
+                TokenMixer::SelfAttn(a) => cache_per_token += 2 * a.num_key_value_heads * a.head_dim,
+                TokenMixer::LinearAttn(d) => {
+                    let [conv, kernel] = d.conv1d.lazy_shape().dims::<2>();
+                    state_per_row += d.num_value_heads * d.key_head_dim * d.value_head_dim + conv * (kernel - 1);
+                }
+            }
+        }
+        let layers = self.layers.iter().map(|layer| layer_widths(layer, hidden)).collect();
+        CallMemory { hidden, blocks: self.blocks, cache_per_token, state_per_row, layers }
+    }
+}
+
+/// The f32 values `layer` keeps alive at once per token row, and its attention heads (0 for a
+/// DeltaNet layer).
+fn layer_widths<B: Backend>(layer: &DecoderLayer<B>, hidden: usize) -> (usize, usize) {
+    // The residual stream, the normed input, both blocks' outputs and their sums.
+    let residual = 6 * hidden;
+    let (mixer, heads) = match &layer.mixer {
+        TokenMixer::SelfAttn(a) => {
+            let (q, kv) = (a.num_attention_heads * a.head_dim, a.num_key_value_heads * a.head_dim);
+            // Query and gate projected, the query normed, rotated and scaled, the output permuted
+            // and gated; keys and values normed and rotated.
+            (9 * q + 4 * kv, a.num_attention_heads)
+        }
+        TokenMixer::LinearAttn(d) => {
+            let conv = d.conv1d.lazy_shape().dims::<2>()[0];
+            let value = d.num_value_heads * d.value_head_dim;
+            // The projected `[q | k | v]`, its window, two convolution sums, its activation and
+            // the split heads; the gate z, the output and its norm; beta and the decay; the
+            // chunked scan's per-chunk matrices (GPUs; the CPUs' scan keeps less).
+            let chunked = d.num_value_heads * (3 * CHUNK_SIZE + 2 * d.key_head_dim + 2 * d.value_head_dim);
+            (6 * conv + 5 * value + 6 * d.num_value_heads + chunked, 0)
+        }
+    };
+    let feed_forward = match &layer.mlp {
+        // Gate, up, their activation and product.
+        FeedForward::Dense(mlp) => 4 * mlp.gate_proj.dims()[1],
+        FeedForward::Sparse(moe) => {
+            let experts = moe.gate.weight.lazy_shape().dims::<2>()[1];
+            let (_, width) = moe.experts.dims();
+            let k = moe.num_experts_per_tok;
+            // Router logits and probabilities; each token's k rows gathered, their outputs,
+            // joined and weighted; one expert's SwiGLU (on every token at worst); the shared
+            // expert; the scattered sum.
+            2 * experts + 4 * k * hidden + 3 * width + 4 * moe.shared_expert.gate_proj.dims()[1] + 2 * hidden
+        }
+    };
+    (residual + mixer.max(feed_forward), heads)
+}
+
+impl CallMemory {
+    /// The model's hidden width.
+    pub fn hidden(&self) -> usize {
+        self.hidden
+    }
+
+    /// Bytes of the cache of `batch` rows after `tokens` positions.
+    pub fn cache_bytes(&self, batch: usize, tokens: usize) -> usize {
+        F32 * batch * (self.state_per_row + self.cache_per_token * tokens)
+    }
+
+    /// An upper bound of the bytes [`Qwen35Model::hidden_states`] allocates for `batch` rows of
+    /// `tokens` tokens after a cache of `past` positions: the cache it adds (and the recurrent
+    /// states it replaces, alive beside it), its output (segments and their concatenation), and
+    /// the largest working set of one layer on one segment.
+    pub fn call_bytes(&self, batch: usize, tokens: usize, past: usize) -> usize {
+        let segment_rows = batch * tokens.min(self.blocks.segment);
+        let keys = self.blocks.key_block.min(past + tokens);
+        let layer = self.layers.iter().map(|&(width, heads)| F32 * segment_rows * width + SCORE_BYTES * segment_rows * heads * keys).max().unwrap_or(0);
+        let output = 2 * F32 * batch * tokens * self.hidden;
+        self.cache_bytes(batch, tokens) + self.cache_bytes(batch, 0) + output + layer
+    }
+}
