@@ -215,7 +215,11 @@ pub fn serve<B: Qwen35Ops>(
         let _ = shutdown.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
         let listener = tokio::net::TcpListener::bind(&args.addr).await.with_context(|| format!("binding {}", args.addr))?;
         ready(&state.prompter.config.model_name, listener.local_addr()?);
-        listener::serve(listener, app, timeouts, shutdown).await;
+        let refusals = state.clone();
+        let malformed: listener::Malformed = Arc::new(move |status, e| {
+            refusals.refused(&refusals.stats.errors, ApiError::new(status, format!("malformed HTTP request: {e}")));
+        });
+        listener::serve(listener, app, timeouts, shutdown, malformed).await;
         anyhow::Ok(())
     })?;
     // Tokenizing work of requests cut off by the shutdown timeout is not waited for.

@@ -160,6 +160,19 @@ fn stats_count_what_the_server_did() {
     );
     assert_eq!([count("errors"), count("rejected_too_large"), count("rejected_overloaded"), count("outstanding_rows")], [1, 1, 0, 0]);
     assert_eq!(stats["batch_hist"], json!({"1": 1, "2": 1}));
+
+    // A request too malformed to route is answered by the HTTP layer, and counted and logged too.
+    let answer = raw_exchange(&server, "NOT AN HTTP REQUEST\r\n\r\n");
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    // More headers than hyper parses (100): a head too large, in a few bytes the server reads whole.
+    let headers: String = (0..120).map(|i| format!("x-h{i}: 1\r\n")).collect();
+    let answer = raw_exchange(&server, &format!("GET /health HTTP/1.1\r\nhost: x\r\n{headers}\r\n"));
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+    let (_, stats) = server.get("/stats");
+    assert_eq!(stats["errors"], 3, "{stats}");
+    for status in [400, 431] {
+        assert!(server.log().contains(&format!("decider: refused status={status} detail=\"malformed HTTP request: ")), "{status} logged:\n{}", server.log());
+    }
 }
 
 #[test]

@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use axum::Router;
+use axum::http::StatusCode;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -27,9 +28,13 @@ pub(super) struct Timeouts {
     pub shutdown: Duration,
 }
 
+/// What is told of a request hyper refused itself, malformed HTTP: its status and why.
+pub(super) type Malformed = std::sync::Arc<dyn Fn(StatusCode, &hyper::Error) + Send + Sync>;
+
 /// Serves `app` on `listener` until `shutdown` completes, then lets requests in flight finish
-/// for at most `timeouts.shutdown`.
-pub(super) async fn serve(listener: TcpListener, app: Router, timeouts: Timeouts, shutdown: impl Future<Output = ()>) {
+/// for at most `timeouts.shutdown`. Requests too malformed to reach `app` are answered by hyper
+/// and told to `malformed`.
+pub(super) async fn serve(listener: TcpListener, app: Router, timeouts: Timeouts, shutdown: impl Future<Output = ()>, malformed: Malformed) {
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new()).header_read_timeout(timeouts.header);
     let graceful = GracefulShutdown::new();
@@ -51,11 +56,28 @@ pub(super) async fn serve(listener: TcpListener, app: Router, timeouts: Timeouts
         let mut stream = TimeoutStream::new(stream);
         stream.set_write_timeout(Some(timeouts.write));
         let connection = graceful.watch(http.serve_connection(TokioIo::new(Box::pin(stream)), TowerToHyperService::new(app.clone())));
-        tokio::spawn(connection);
+        let malformed = malformed.clone();
+        tokio::spawn(async move {
+            if let Err(e) = connection.await
+                && e.is_parse()
+            {
+                malformed(hyper_status(&e), &e);
+            }
+        });
     }
     drop(listener);
     let open = graceful.count();
     if tokio::time::timeout(timeouts.shutdown, graceful.shutdown()).await.is_err() {
         eprintln!("decider: closing the connections still open {} s after shutdown began ({open} were open then)", timeouts.shutdown.as_secs());
+    }
+}
+
+/// The status hyper answers a parse error with (`proto/h1/role.rs`, `Server::on_error`): 431
+/// for a head too large, 414 for a URI too long, 400 otherwise.
+fn hyper_status(e: &hyper::Error) -> StatusCode {
+    match e.is_parse_too_large() {
+        true if e.to_string().contains("URI") => StatusCode::URI_TOO_LONG,
+        true => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        false => StatusCode::BAD_REQUEST,
     }
 }
