@@ -73,7 +73,8 @@ impl GenericTask for &DecideArgs {
         let decider = self.model.load::<B>(self.weights.format, device)?;
         let loaded = start.elapsed();
         let start = Instant::now();
-        let response = decider.answer(&request)?;
+        // The library's prompt path, as `decider prompt` prints by default.
+        let response = decider.answer_plan(&decider.prompter().plan_library(&request)?)?;
         println!("{}", serde_json::to_string_pretty(&response)?);
         eprintln!(
             "backend {}: model loaded in {:.2} s, answered in {:.3} s{}",

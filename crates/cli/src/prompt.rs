@@ -1,5 +1,6 @@
-//! `decider prompt`: the rows of a request (ids and slots) without running the model; only the
-//! folder's tokenizer.json and decider_config.json are read.
+//! `decider prompt`: the rows of a request (ids and slots) without running the model, on the
+//! library's prompt path or, with `--server`, the server's; only the folder's tokenizer.json and
+//! decider_config.json are read.
 
 use anyhow::Context;
 use decider::SystemOneRequest;
@@ -16,6 +17,11 @@ pub struct PromptArgs {
     /// {"state": ..., "questions": {...}, "independent": true}.
     #[arg(long)]
     pub request: String,
+    /// The rows `decider serve` runs (`/v1/systemone`: options as given) instead of the
+    /// library's (`Decider.system_one`: "none of the above" options neutralised when
+    /// decider_config.json's `neutralize_none` is true).
+    #[arg(long)]
+    pub server: bool,
 }
 
 pub fn run(args: &PromptArgs) -> anyhow::Result<()> {
@@ -27,7 +33,8 @@ pub fn run(args: &PromptArgs) -> anyhow::Result<()> {
     if let Some(independent) = body.get("independent") {
         request.independent = independent.as_bool().context("\"independent\" must be true or false")?;
     }
-    let plan = args.model.prompter()?.plan(&request)?;
+    let prompter = args.model.prompter()?;
+    let plan = if args.server { prompter.plan(&request)? } else { prompter.plan_library(&request)? };
     let rows: Vec<Value> = plan.rows.iter().map(|r| json!({"ids": r.ids, "slots": r.slots})).collect();
     println!("{}", json!({ "rows": rows }));
     Ok(())

@@ -29,6 +29,28 @@ fn prompt_prints_the_reference_rows() {
     }
 }
 
+/// `decider prompt` prints the library's rows (`Decider.system_one`, which neutralises "none of
+/// the above" options for a model whose config says so) and, with `--server`, the server's
+/// (`/v1/systemone`, which never does): decider-ai's own rows for both, from the fixtures.
+#[test]
+fn prompt_prints_the_library_path_and_with_server_the_servers() {
+    let fixture: Value = serde_json::from_str(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/prompts/prompts.json")).unwrap()).unwrap();
+    let case = fixture["paths"].as_array().unwrap().iter().find(|c| c["name"] == "paths_independent" && c["neutralize_none"] == true).cloned().expect("fixture case");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tokenizer.json"), decider::Tokenizer::test_tokenizer_json()).unwrap();
+    std::fs::write(dir.path().join("decider_config.json"), json!({"version": "t", "neutralize_none": true}).to_string()).unwrap();
+    let body = json!({"state": case["state"], "questions": case["questions"], "independent": case["independent"]}).to_string();
+    let rows = |path: &str| -> Value { case[path]["rows"].as_array().unwrap().iter().map(|r| json!({"ids": r["ids"], "slots": r["slots"]})).collect() };
+    assert_ne!(rows("library"), rows("server"), "the case tells the paths apart");
+    let model = dir.path().to_str().unwrap();
+    for (flags, path) in [(&[][..], "library"), (&["--server"][..], "server")] {
+        let (ok, stdout, stderr) = decider(&[&["prompt", "--model", model, "--request", &body][..], flags].concat());
+        assert!(ok, "{stderr}");
+        let printed: Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(printed["rows"], rows(path), "the {path} path");
+    }
+}
+
 #[test]
 fn decide_prints_answers_and_labels_random_weights() {
     let (ok, stdout, stderr) = decider(&[

@@ -15,7 +15,7 @@ use crate::answer::{assemble, argmax};
 use crate::config::DeciderConfig;
 use crate::demo::{DEMO_DECIDER_CONFIG, demo_model};
 use crate::error::DeciderError;
-use crate::prompt::{Plan, PlanOptions, Row, RowQuestion, context_ids, plan, row};
+use crate::prompt::{Plan, PlanOptions, Row, RowQuestion, context_ids, neutralize, plan, row};
 use crate::schedule::{batches, schedule};
 use crate::working_memory::WorkingMemory;
 use crate::tokenizer::MAX_OPTIONS;
@@ -49,12 +49,26 @@ impl Prompter {
         }
     }
 
-    /// The rows of a `/v1/systemone` request.
+    /// The rows of a `/v1/systemone` request as the reference *server* builds them
+    /// (`decider.serve.prepare`): options exactly as given.
     pub fn plan(&self, request: &SystemOneRequest) -> Result<Plan, DeciderError> {
+        self.plan_with(request, false)
+    }
+
+    /// The rows of the same request as the reference *library* builds them
+    /// (`decider.infer.Decider.system_one`): "none of the above"-like options are shown to the
+    /// model as "not listed here" when `decider_config.json` sets `neutralize_none` (answers
+    /// keep the options as given).
+    pub fn plan_library(&self, request: &SystemOneRequest) -> Result<Plan, DeciderError> {
+        self.plan_with(request, self.config.neutralize_none)
+    }
+
+    fn plan_with(&self, request: &SystemOneRequest, neutralize_none: bool) -> Result<Plan, DeciderError> {
         let options = PlanOptions {
             independent: request.independent,
             isolated_levels: self.config.isolated_levels,
             max_state_tokens: request.max_state_tokens,
+            neutralize_none,
         };
         plan(&self.tokenizer, &request.state, &request.questions, options)
     }
@@ -227,12 +241,15 @@ impl<B: Qwen35Ops> Decider<B> {
         &self.model
     }
 
-    /// `Decider.system_one(state, questions)` with the defaults (independent rows).
+    /// decider-ai's `Decider.system_one(state, questions)` with the defaults (independent rows):
+    /// the library's prompt ([`Prompter::plan_library`], which neutralises "none of the above"
+    /// options when the config asks).
     pub fn system_one(&self, state: Value, questions: Map<String, Value>) -> Result<SystemOneResponse, DeciderError> {
-        self.answer(&SystemOneRequest::new(state, questions))
+        let plan = self.prompter.plan_library(&SystemOneRequest::new(state, questions))?;
+        self.answer_plan(&plan)
     }
 
-    /// Answers a `/v1/systemone` request.
+    /// Answers a `/v1/systemone` request as the reference server does ([`Prompter::plan`]).
     pub fn answer(&self, request: &SystemOneRequest) -> Result<SystemOneResponse, DeciderError> {
         let plan = self.prompter.plan(request)?;
         self.answer_plan(&plan)
@@ -390,15 +407,4 @@ struct Prefix<B: Qwen35Ops> {
     len: usize,
     cache: qwen35::ModelCache<B>,
     hidden: Tensor<B, 3>,
-}
-
-/// `infer.neutralize_options` for one option: "none of the above"-like options read as
-/// "not listed here", the phrasing the model was trained to treat neutrally.
-pub fn neutralize(option: &str) -> String {
-    let key = option.trim().to_lowercase();
-    if key.starts_with("none of the above") || matches!(key.as_str(), "none" | "n/a" | "none of these") {
-        "not listed here".into()
-    } else {
-        option.into()
-    }
 }

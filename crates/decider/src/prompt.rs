@@ -86,11 +86,25 @@ pub struct PlanOptions {
     pub isolated_levels: bool,
     /// Cap on the state segment's tokens.
     pub max_state_tokens: usize,
+    /// Options that read like "none of the above" shown as "not listed here" ([`neutralize`]):
+    /// the library's path with the model's `neutralize_none`; the server's never does.
+    pub neutralize_none: bool,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        Self { independent: true, isolated_levels: false, max_state_tokens: MAX_STATE_TOKENS }
+        Self { independent: true, isolated_levels: false, max_state_tokens: MAX_STATE_TOKENS, neutralize_none: false }
+    }
+}
+
+/// `infer.neutralize_options` for one option: "none of the above"-like options read as
+/// "not listed here", the phrasing the model was trained to treat neutrally.
+pub fn neutralize(option: &str) -> String {
+    let key = option.trim().to_lowercase();
+    if key.starts_with("none of the above") || matches!(key.as_str(), "none" | "n/a" | "none of these") {
+        "not listed here".into()
+    } else {
+        option.into()
     }
 }
 
@@ -122,7 +136,8 @@ pub fn plan(tokenizer: &Tokenizer, state: &Value, questions: &Map<String, Value>
     }
     let isolated = options.isolated_levels && options.independent;
 
-    // Each question becomes one (text, options, type) entry, or one per isolated level.
+    // Each question becomes one (text, options shown, type) entry, or one per isolated level.
+    let shown = |texts: &[String]| -> Vec<String> { texts.iter().map(|o| if options.neutralize_none { neutralize(o) } else { o.clone() }).collect() };
     let mut entries: Vec<RowQuestion> = Vec::new();
     let mut planned = Vec::with_capacity(rendered.len());
     for (id, question) in rendered {
@@ -130,10 +145,10 @@ pub fn plan(tokenizer: &Tokenizer, state: &Value, questions: &Map<String, Value>
         let isolated_levels = isolated && question.kind == AnswerType::Score && question.isolated;
         if isolated_levels {
             for level in &question.legend {
-                entries.push((isolated_level_question(&question.text, level), vec!["no".into(), "yes".into()], AnswerType::Score));
+                entries.push((isolated_level_question(&question.text, level), shown(&["no".into(), "yes".into()]), AnswerType::Score));
             }
         } else {
-            entries.push((question.text.clone(), question.options.clone(), question.kind));
+            entries.push((question.text.clone(), shown(&question.options), question.kind));
         }
         let slot_count = entries.len() - first_slot;
         planned.push(PlannedQuestion { id, question, first_slot, slot_count, isolated_levels });

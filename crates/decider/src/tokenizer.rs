@@ -41,11 +41,16 @@ impl Tokenizer {
 
     /// The Qwen3.5 test tokenizer committed in `assets/tokenizer`.
     pub fn test_tokenizer() -> Self {
+        Self::from_json_bytes(&Self::test_tokenizer_json()).expect("the committed test tokenizer loads")
+    }
+
+    /// The text of the test tokenizer's `tokenizer.json` (to write a model folder with it).
+    pub fn test_tokenizer_json() -> Vec<u8> {
         let mut json = Vec::new();
         flate2::read::GzDecoder::new(TEST_TOKENIZER_GZ)
             .read_to_end(&mut json)
             .expect("the committed test tokenizer is valid gzip");
-        Self::from_json_bytes(&json).expect("the committed test tokenizer loads")
+        json
     }
 
     /// Parses the text of a `tokenizer.json`.

@@ -6,9 +6,9 @@ use decider::answer::assemble;
 use decider::prompt::plan;
 use decider::readout::probabilities;
 use decider::state::render_state;
-use decider::{DeciderConfig, PlanOptions, Tokenizer};
+use decider::{DeciderConfig, PlanOptions, Prompter, SystemOneRequest, Tokenizer};
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 fn fixture(name: &str) -> Value {
     let path = format!("{}/../../tests/fixtures/prompts/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -28,7 +28,38 @@ fn options(case: &Value) -> PlanOptions {
         independent: case["independent"].as_bool().unwrap(),
         isolated_levels: case["isolated_levels"].as_bool().unwrap(),
         max_state_tokens: case.get("max_state_tokens").and_then(Value::as_u64).unwrap_or(32768) as usize,
+        neutralize_none: false,
     }
+}
+
+/// Rows as the fixtures write them.
+fn expected_rows(rows: &[decider::Row]) -> Vec<ExpectedRow> {
+    rows.iter()
+        .map(|r| ExpectedRow { ids: r.ids.clone(), slots: r.slots.clone(), types: r.types.iter().map(|t| t.as_str().to_string()).collect(), nopts: r.nopts.clone() })
+        .collect()
+}
+
+/// Both prompt paths, for a model whose config sets `neutralize_none` either way: the library's
+/// (`Prompter::plan_library`) equals decider-ai's `Decider.system_one` rows, the server's
+/// (`Prompter::plan`) its `/v1/systemone` rows.
+#[test]
+fn both_prompt_paths_equal_the_reference() {
+    let cases = fixture("prompts.json")["paths"].as_array().unwrap().clone();
+    let mut differ = 0;
+    for case in &cases {
+        let name = format!("{} (neutralize_none {})", case["name"].as_str().unwrap(), case["neutralize_none"]);
+        let config = json!({"version": "t", "neutralize_none": case["neutralize_none"], "isolated_levels": case["isolated_levels"]});
+        let prompter = Prompter { tokenizer: Tokenizer::test_tokenizer(), config: DeciderConfig::from_json(&config.to_string()).unwrap() };
+        let mut request = SystemOneRequest::new(case["state"].clone(), case["questions"].as_object().unwrap().clone());
+        request.independent = case["independent"].as_bool().unwrap();
+        for (path, plan) in [("library", prompter.plan_library(&request).unwrap()), ("server", prompter.plan(&request).unwrap())] {
+            let expected: Vec<ExpectedRow> = serde_json::from_value(case[path]["rows"].clone()).unwrap();
+            assert_eq!(expected_rows(&plan.rows), expected, "{name}: the {path} path");
+            assert_eq!(plan.input_tokens() as u64, case[path]["input_tokens"].as_u64().unwrap(), "{name}: the {path} path's input tokens");
+        }
+        differ += usize::from(case["library"]["rows"] != case["server"]["rows"]);
+    }
+    assert!(cases.len() >= 6 && differ >= 3, "{} cases, {differ} where the paths differ", cases.len());
 }
 
 #[test]
@@ -55,16 +86,7 @@ fn prompt_rows_equal_the_reference() {
             (None, Err(e)) => failures.push(format!("{name}: unexpected error {e}")),
             (None, Ok(plan)) => {
                 let expected: Vec<ExpectedRow> = serde_json::from_value(case["rows"].clone()).unwrap();
-                let ours: Vec<ExpectedRow> = plan
-                    .rows
-                    .iter()
-                    .map(|r| ExpectedRow {
-                        ids: r.ids.clone(),
-                        slots: r.slots.clone(),
-                        types: r.types.iter().map(|t| t.as_str().to_string()).collect(),
-                        nopts: r.nopts.clone(),
-                    })
-                    .collect();
+                let ours = expected_rows(&plan.rows);
                 let rendered = render_state(&case["state"]);
                 if ours != expected {
                     let first = ours.iter().zip(&expected).position(|(a, b)| a != b);
