@@ -12,7 +12,8 @@ use qwen35::Qwen35Ops;
 use serde_json::{Map, Value};
 
 use crate::answer::{argmax, py_round};
-use crate::engine::{DECIDE_MAX_CONTEXT_TOKENS, Decider, Prompter};
+use crate::engine::Decider;
+use crate::prompter::{DECIDE_MAX_CONTEXT_TOKENS, Prompter};
 use crate::prompt::neutralize;
 use crate::error::DeciderError;
 use crate::prompt::{Row, RowQuestion, context_ids, row, strings_heap_bytes};

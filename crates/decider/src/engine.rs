@@ -8,152 +8,17 @@ use std::path::Path;
 use burn::tensor::{Int, Tensor, TensorData};
 use qwen35::{Qwen35Ops, WeightFormat};
 use qwen35::Qwen35Model;
-use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::answer::{assemble, argmax};
-use crate::config::DeciderConfig;
-use crate::demo::{DEMO_DECIDER_CONFIG, demo_model};
+use crate::demo::demo_model;
 use crate::error::DeciderError;
-use crate::prompt::{Plan, PlanOptions, Row, RowQuestion, context_ids, neutralize, plan, row};
-use crate::schedule::{batches, schedule};
-use crate::working_memory::WorkingMemory;
-use crate::tokenizer::MAX_OPTIONS;
-use crate::question::AnswerType;
+use crate::prompt::{Plan, Row};
+use crate::prompter::Prompter;
 use crate::readout::probabilities;
-use crate::tokenizer::Tokenizer;
-
-/// The context cap of [`Decider::decide`] (and `/decide`).
-pub const DECIDE_MAX_CONTEXT_TOKENS: usize = 1536;
-
-/// What turns requests into rows without a model: the tokenizer and `decider_config.json`.
-/// `decider prompt` needs only this.
-#[derive(Clone)]
-pub struct Prompter {
-    pub tokenizer: Tokenizer,
-    pub config: DeciderConfig,
-}
-
-impl Prompter {
-    /// `tokenizer.json` and `decider_config.json` (optional) of a model folder.
-    pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self, DeciderError> {
-        let dir = dir.as_ref();
-        Ok(Self { tokenizer: Tokenizer::from_file(dir.join("tokenizer.json"))?, config: DeciderConfig::from_dir(dir)? })
-    }
-
-    /// The demo model's tokenizer (the Qwen3.5 test tokenizer) and config.
-    pub fn demo() -> Self {
-        Self {
-            tokenizer: Tokenizer::test_tokenizer(),
-            config: DeciderConfig::from_json(DEMO_DECIDER_CONFIG).expect("the demo config is valid"),
-        }
-    }
-
-    /// The rows of a `/v1/systemone` request as the reference *server* builds them
-    /// (`decider.serve.prepare`): options exactly as given.
-    pub fn plan(&self, request: &SystemOneRequest) -> Result<Plan, DeciderError> {
-        self.plan_with(request, false)
-    }
-
-    /// The rows of the same request as the reference *library* builds them
-    /// (`decider.infer.Decider.system_one`): "none of the above"-like options are shown to the
-    /// model as "not listed here" when `decider_config.json` sets `neutralize_none` (answers
-    /// keep the options as given).
-    pub fn plan_library(&self, request: &SystemOneRequest) -> Result<Plan, DeciderError> {
-        self.plan_with(request, self.config.neutralize_none)
-    }
-
-    fn plan_with(&self, request: &SystemOneRequest, neutralize_none: bool) -> Result<Plan, DeciderError> {
-        let options = PlanOptions {
-            independent: request.independent,
-            isolated_levels: self.config.isolated_levels,
-            max_state_tokens: request.max_state_tokens,
-            neutralize_none,
-        };
-        plan(&self.tokenizer, &request.state, &request.questions, options)
-    }
-
-    /// The one row of `Decider.decide(context, questions)`: the context capped at 1,536 tokens,
-    /// then every question with its options as given (none-of-the-above options neutralised
-    /// when the config asks).
-    pub fn decide_row(&self, context: &str, questions: &[DecideQuestion]) -> Result<Row, DeciderError> {
-        if let Some(q) = questions.iter().find(|q| q.options.is_empty() || q.options.len() > MAX_OPTIONS) {
-            return Err(DeciderError::InvalidQuestion(format!(
-                "decide: question {:?} has {} options; 1..{MAX_OPTIONS} are supported",
-                q.question,
-                q.options.len()
-            )));
-        }
-        let neutral = self.config.neutralize_none;
-        let row_questions: Vec<RowQuestion> = questions
-            .iter()
-            .map(|q| {
-                let shown = q.options.iter().map(|o| if neutral { neutralize(o) } else { o.clone() }).collect();
-                (q.question.clone(), shown, AnswerType::Choice)
-            })
-            .collect();
-        Ok(row(&self.tokenizer, &context_ids(&self.tokenizer, context, DECIDE_MAX_CONTEXT_TOKENS), &row_questions))
-    }
-
-    /// The temperature of every slot of `rows`, in row order.
-    pub fn slot_temperatures(&self, rows: &[Row]) -> Vec<f64> {
-        rows.iter()
-            .flat_map(|row| row.types.iter().zip(&row.nopts).map(|(&kind, &n)| self.config.temperatures.of(kind, n)))
-            .collect()
-    }
-}
-
-/// A `/v1/systemone` request (decider-ai 1.10.0's `/v1/systemone` body).
-#[derive(Clone, Debug, PartialEq)]
-pub struct SystemOneRequest {
-    /// Any JSON: a string is used as it is, anything else as Python's `json.dumps` of it.
-    pub state: Value,
-    /// `{id: question}`, answered in this order.
-    pub questions: Map<String, Value>,
-    /// One row per question (default) or all questions in one row.
-    pub independent: bool,
-    /// Cap on the state segment's tokens (32,768).
-    pub max_state_tokens: usize,
-}
-
-impl SystemOneRequest {
-    pub fn new(state: Value, questions: Map<String, Value>) -> Self {
-        Self { state, questions, independent: true, max_state_tokens: crate::prompt::MAX_STATE_TOKENS }
-    }
-}
-
-/// The `/v1/systemone` response; keys in the reference's order.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct SystemOneResponse {
-    pub model: String,
-    pub answers: Map<String, Value>,
-    pub usage: Usage,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct Usage {
-    /// Tokens of all rows, their shared prefix counted once.
-    pub input_tokens: usize,
-    pub output_tokens: usize,
-}
-
-/// A question of the plain [`Decider::decide`] form: a text and its options (a choice).
-#[derive(Clone, Debug, PartialEq)]
-pub struct DecideQuestion {
-    pub question: String,
-    pub options: Vec<String>,
-}
-
-/// The answer to a [`DecideQuestion`] (`Decider.decide`'s dict).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct DecideAnswer {
-    /// The most probable option (first on ties).
-    pub choice: Option<String>,
-    /// Its probability (p_max, not TypeSafe's confidence).
-    pub confidence: f64,
-    pub probs: Map<String, Value>,
-    pub probs_list: Vec<f64>,
-}
+use crate::schedule::{batches, schedule};
+use crate::wire::{DecideAnswer, DecideQuestion, SystemOneRequest, SystemOneResponse, Usage};
+use crate::working_memory::WorkingMemory;
 
 /// A loaded decider model on backend `B`.
 pub struct Decider<B: Qwen35Ops> {
