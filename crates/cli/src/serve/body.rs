@@ -20,7 +20,8 @@ use serde_json::{Value, json};
 
 use super::memory::{Reservation, parse_bytes};
 use super::request::{invalid_fields, not_an_object};
-use super::{ApiError, AppState};
+use super::AppState;
+use super::error::ApiError;
 
 /// Bytes of an oversized body read and dropped at most, after the limit.
 const DRAIN_BYTES: usize = 64 << 20;

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 
-use super::ApiError;
+use super::error::ApiError;
 
 #[derive(Clone, Copy)]
 pub(super) struct Limits {

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::http::StatusCode;
 
-use super::ApiError;
+use super::error::ApiError;
 
 /// Bytes a parsed JSON value may take per structural character (`[`, `{`, `,` or `:` outside a
 /// string) of its text, at most. Measured with a counting allocator, the costliest shapes take

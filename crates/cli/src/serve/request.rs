@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use decider::SystemOneRequest;
 use serde_json::{Value, json};
 
-use super::ApiError;
+use super::error::ApiError;
 
 /// One entry of FastAPI's list-shaped 422 `detail`.
 pub(super) fn field_error(kind: &str, loc: &[Value], msg: &str, input: &Value) -> Value {
