@@ -4,6 +4,11 @@
 use std::io::Read;
 use std::path::Path;
 
+use ahash::AHashMap;
+use serde_json::Value;
+use tokenizers::AddedToken;
+use tokenizers::models::bpe::BPE;
+
 use crate::error::DeciderError;
 
 /// Options a question may have: the width of the label readout.
@@ -55,7 +60,8 @@ impl Tokenizer {
 
     /// Parses the text of a `tokenizer.json`.
     pub fn from_json_bytes(json: &[u8]) -> Result<Self, DeciderError> {
-        let inner = tokenizers::Tokenizer::from_bytes(json)
+        let inner = read_bpe_directly(json)
+            .unwrap_or_else(|| tokenizers::Tokenizer::from_bytes(json).map_err(|e| e.to_string()))
             .map_err(|e| DeciderError::Tokenizer(format!("cannot read tokenizer.json: {e}")))?;
         let mut tokenizer = Self { inner, labels: LabelTable { names: vec![], ids: vec![], open_ids: vec![] } };
         tokenizer.labels = LabelTable::build(&tokenizer)?;
@@ -113,4 +119,92 @@ impl LabelTable {
         }
         Ok(Self { names, ids, open_ids: tokenizer.encode("\n(") })
     }
+}
+
+/// `tokenizer.json` with a BPE model (every Qwen3.5 tokenizer), its model built here from the
+/// vocabulary and merges; `None` for another model, which `tokenizers` reads itself.
+///
+/// `tokenizers`' own reader takes the model through untagged serde layers
+/// (`models/mod.rs`, `ModelWrapper`'s `Deserialize`) that buffer and copy each of the Qwen3.5
+/// model's 750,000 entries several times: three quarters of the demo model's start-up. The rest
+/// of the file is read by `tokenizers` itself, and the added tokens are added after the model,
+/// as its reader adds them (`tokenizer/serialization.rs`), their ids checked against the file's.
+fn read_bpe_directly(json: &[u8]) -> Option<Result<tokenizers::Tokenizer, String>> {
+    let mut file: Value = serde_json::from_slice(json).ok()?;
+    if file.pointer("/model/type").and_then(Value::as_str) != Some("BPE") {
+        return None;
+    }
+    Some((|| {
+        let model = file["model"].take();
+        let bpe = bpe_model(model)?;
+        let added = file["added_tokens"].take();
+        file["added_tokens"] = Value::Array(vec![]);
+        file["model"] = serde_json::json!({"type": "BPE", "vocab": {}, "merges": []});
+        let mut tokenizer: tokenizers::Tokenizer = serde_json::from_value(file).map_err(|e| e.to_string())?;
+        tokenizer.with_model(bpe);
+        let added: Vec<Value> = serde_json::from_value(added).map_err(|e| format!("added_tokens: {e}"))?;
+        let tokens: Vec<AddedToken> = added.iter().map(|t| serde_json::from_value(t.clone())).collect::<Result<_, _>>().map_err(|e| format!("added_tokens: {e}"))?;
+        tokenizer.add_tokens(&tokens);
+        for (token, spec) in tokens.iter().zip(&added) {
+            let id = tokenizer.token_to_id(&token.content);
+            if id.map(u64::from) != spec["id"].as_u64() {
+                return Err(format!("added token {:?} has id {} in the file but {id:?} in the tokenizer", token.content, spec["id"]));
+            }
+        }
+        Ok(tokenizer)
+    })())
+}
+
+/// The BPE model of `tokenizer.json`'s `"model"` object, with the defaults of `tokenizers`' own
+/// reader (`models/bpe/serialization.rs`): merges as pairs or as `"a b"` strings.
+fn bpe_model(model: Value) -> Result<BPE, String> {
+    let Value::Object(mut model) = model else { return Err("\"model\" is not an object".into()) };
+    let vocab: AHashMap<String, u32> = match model.remove("vocab") {
+        Some(Value::Object(vocab)) => vocab
+            .into_iter()
+            .map(|(token, id)| id.as_u64().and_then(|id| u32::try_from(id).ok()).map(|id| (token, id)))
+            .collect::<Option<_>>()
+            .ok_or("a vocabulary id is not a 32-bit number")?,
+        _ => return Err("the BPE model has no \"vocab\" object".into()),
+    };
+    let merges: Vec<(String, String)> = match model.remove("merges") {
+        Some(Value::Array(merges)) => merges
+            .into_iter()
+            .map(|merge| match merge {
+                Value::Array(pair) => match <[Value; 2]>::try_from(pair) {
+                    Ok([Value::String(a), Value::String(b)]) => Some((a, b)),
+                    _ => None,
+                },
+                Value::String(joined) => joined.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())),
+                _ => None,
+            })
+            .collect::<Option<_>>()
+            .ok_or("a merge is neither a pair of strings nor \"a b\"")?,
+        _ => return Err("the BPE model has no \"merges\" list".into()),
+    };
+    let text = |key: &str| model.get(key).and_then(Value::as_str).map(str::to_string);
+    let flag = |key: &str| model.get(key).and_then(Value::as_bool);
+    let mut builder = BPE::builder().vocab_and_merges(vocab, merges);
+    if let Some(dropout) = model.get("dropout").and_then(Value::as_f64) {
+        builder = builder.dropout(dropout as f32);
+    }
+    if let Some(unk) = text("unk_token") {
+        builder = builder.unk_token(unk);
+    }
+    if let Some(prefix) = text("continuing_subword_prefix") {
+        builder = builder.continuing_subword_prefix(prefix);
+    }
+    if let Some(suffix) = text("end_of_word_suffix") {
+        builder = builder.end_of_word_suffix(suffix);
+    }
+    if let Some(fuse) = flag("fuse_unk") {
+        builder = builder.fuse_unk(fuse);
+    }
+    if let Some(fallback) = flag("byte_fallback") {
+        builder = builder.byte_fallback(fallback);
+    }
+    if let Some(ignore) = flag("ignore_merges") {
+        builder = builder.ignore_merges(ignore);
+    }
+    builder.build().map_err(|e| e.to_string())
 }

@@ -56,3 +56,31 @@ fn label_table_is_255_single_tokens_from_a_to_jt() {
         assert!(!labels.names.iter().any(|n| n == skipped), "{skipped} is two tokens and must be skipped");
     }
 }
+
+/// The BPE model read directly (`Tokenizer::from_json_bytes`, for start-up time) is what
+/// `tokenizers` reads from the same file, with merges as pairs (the committed file) or as
+/// `"a b"` strings (older files): the same vocabulary size, and the same ids for every token of
+/// the vocabulary, for the added (special) tokens and for the corpus.
+#[test]
+fn reading_the_bpe_directly_equals_tokenizers_own_reading() {
+    let json = Tokenizer::test_tokenizer_json();
+    let mut legacy: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    for merge in legacy["model"]["merges"].as_array_mut().unwrap() {
+        *merge = serde_json::Value::String(format!("{} {}", merge[0].as_str().unwrap(), merge[1].as_str().unwrap()));
+    }
+    let legacy = serde_json::to_vec(&legacy).unwrap();
+    let texts: Vec<String> = corpus().into_iter().map(|line| line.text).chain(["<|endoftext|> x <|im_start|>user\n".to_string()]).collect();
+    for (form, json) in [("pairs", json), ("joined", legacy)] {
+        let own = tokenizers::Tokenizer::from_bytes(&json).unwrap();
+        let ours = Tokenizer::from_json_bytes(&json).unwrap();
+        assert_eq!(ours.vocab_size(), own.get_vocab_size(true), "{form}");
+        let own_ids = |text: &str| own.encode_fast(text, false).unwrap().get_ids().to_vec();
+        for (token, id) in own.get_vocab(true) {
+            let text = own.decode(&[id], false).unwrap();
+            assert_eq!(ours.encode(&text), own_ids(&text), "{form}: token {token:?} ({id})");
+        }
+        for text in &texts {
+            assert_eq!(ours.encode(text), own_ids(text), "{form}: {text:?}");
+        }
+    }
+}
