@@ -24,7 +24,7 @@ impl WorkingMemory {
         let call = &self.call;
         let schedule = schedule(requests, self.share_prefix);
         // Per batch: its rows, their width and their slots.
-        let batches = |rows: &[(RowKey, &Row)], start: usize| {
+        let batch_shapes = |rows: &[(RowKey, &Row)], start: usize| {
             let lengths: Vec<usize> = rows.iter().map(|(_, row)| row.ids.len() - start).collect();
             let slots: Vec<usize> = rows.iter().map(|(_, row)| row.slots.len()).collect();
             batches(&lengths, self.share_prefix).into_iter().map(move |group| {
@@ -37,10 +37,10 @@ impl WorkingMemory {
         };
         let prefixed = schedule.prefixed.iter().map(|(prefix, rows)| {
             let held = call.cache_bytes(1, *prefix) + prefix * call.hidden() * size_of::<f32>();
-            let after = batches(rows, *prefix).map(|batch| held + batch_bytes(batch, *prefix)).max().unwrap_or(0);
+            let after = batch_shapes(rows, *prefix).map(|batch| held + batch_bytes(batch, *prefix)).max().unwrap_or(0);
             batch_bytes((1, *prefix, 0), 0).max(after)
         });
-        let unshared = batches(&schedule.unshared, 0).map(|batch| batch_bytes(batch, 0));
+        let unshared = batch_shapes(&schedule.unshared, 0).map(|batch| batch_bytes(batch, 0));
         prefixed.chain(unshared).max().unwrap_or(0)
     }
 }

@@ -106,23 +106,21 @@ fn requests(prompter: &Prompter, words: usize) -> Vec<(&'static str, Vec<Plan>)>
     ]
 }
 
-/// A Qwen3.5 config of decider-2b's widths (or decider-35b-a3b's with `experts`), 4 layers.
-fn real_widths(experts: Option<usize>) -> Qwen35Config {
-    let mut text = json!({
-        "model_type": "qwen3_5_text", "vocab_size": 248320, "hidden_size": 2048, "intermediate_size": 6144,
-        "num_hidden_layers": 4, "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"],
-        "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 256,
-        "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
-        "linear_num_key_heads": 16, "linear_num_value_heads": 16,
-        "rms_norm_eps": 1e-6, "tie_word_embeddings": true,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25}
-    });
-    if let Some(experts) = experts {
-        let moe = json!({"model_type": "qwen3_5_moe_text", "num_attention_heads": 16, "linear_num_value_heads": 32,
-            "num_experts": experts, "num_experts_per_tok": 8, "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512});
-        text.as_object_mut().unwrap().extend(moe.as_object().unwrap().clone());
+/// The real config of `name` in `tests/fixtures/configs`, cut to its first 4 layers (three
+/// DeltaNet, one attention) and `experts` experts if it has them, with tied embeddings (the
+/// head's memory is the weights', not a call's).
+fn real_widths(name: &str, experts: usize) -> Qwen35Config {
+    let path = format!("{}/../../tests/fixtures/configs/{name}.json", env!("CARGO_MANIFEST_DIR"));
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("config fixture")).expect("config JSON");
+    let text = config["text_config"].as_object_mut().expect("a text_config");
+    text.insert("num_hidden_layers".into(), json!(4));
+    let layers: Vec<Value> = text["layer_types"].as_array().expect("layer types")[..4].to_vec();
+    text.insert("layer_types".into(), Value::Array(layers));
+    text.insert("tie_word_embeddings".into(), json!(true));
+    if text.contains_key("num_experts") {
+        text.insert("num_experts".into(), json!(experts));
     }
-    Qwen35Config::from_json(&text.to_string()).expect("a valid config")
+    Qwen35Config::from_json(&config.to_string()).expect("a valid config")
 }
 
 #[test]
@@ -135,8 +133,8 @@ fn the_working_memory_bound_holds_and_is_tight() {
     drop(demo);
     // Real widths, with segments and key blocks of 256 so that a 600-word state spans several.
     let blocks = PrefillBlocks { segment: 256, key_block: 256 };
-    for (name, experts, weights) in [("2B widths f32", None, WeightFormat::F32), ("2B widths q8", None, WeightFormat::Q8), ("35B-A3B widths q8", Some(32), WeightFormat::Q8)] {
-        let model = random_model::<B>(&real_widths(experts), weights, &device).with_blocks(blocks);
+    for (name, config, weights) in [("2B widths f32", "qwen3.5-2b", WeightFormat::F32), ("2B widths q8", "qwen3.5-2b", WeightFormat::Q8), ("35B-A3B widths q8", "qwen3.5-35b-a3b", WeightFormat::Q8)] {
+        let model = random_model::<B>(&real_widths(config, 32), weights, &device).with_blocks(blocks);
         let decider = Decider::new(model, Prompter::demo(), &device, name.into()).expect("the tokenizer fits");
         for (kind, plans) in requests(decider.prompter(), 600) {
             check(&decider, &format!("{name}, {kind}"), &plans.iter().map(|p| p.rows.as_slice()).collect::<Vec<_>>());
