@@ -8,9 +8,10 @@
 
 use std::sync::LazyLock;
 
+use decider::python_json::{Json, dumps, loads};
 use decider::state::{render_state, render_state_prefix};
 use decider::{DeciderError, Plan, Prompter, SystemOneRequest};
-use integration_tests::fuzz::{json_value, questions, text, valid_questions};
+use integration_tests::fuzz::{python_json_value, questions, text, valid_questions};
 use proptest::prelude::*;
 use serde_json::Value;
 
@@ -30,7 +31,14 @@ fn check_plan(plan: &Plan, max_state_tokens: usize) {
 
 proptest! {
     #[test]
-    fn a_state_prefix_is_the_start_of_the_whole_rendering(state in json_value(), max_bytes in 0usize..400) {
+    fn python_json_text_reads_back_as_the_same_value(value in python_json_value()) {
+        let text = dumps(&value);
+        let read = loads(text.as_bytes()).map_err(|e| TestCaseError::fail(format!("{e}: {text}")))?;
+        prop_assert_eq!(dumps(&read), text);
+    }
+
+    #[test]
+    fn a_state_prefix_is_the_start_of_the_whole_rendering(state in python_json_value(), max_bytes in 0usize..400) {
         let whole = render_state(&state);
         let prefix = render_state_prefix(&state, max_bytes);
         prop_assert!(prefix.text.len() <= max_bytes);
@@ -40,7 +48,7 @@ proptest! {
 
     #[test]
     fn systemone_requests_are_planned_or_refused_with_a_question_error(
-        state in json_value(),
+        state in python_json_value(),
         questions in questions(),
         independent in any::<bool>(),
         max_state_tokens in prop_oneof![Just(0usize), 1usize..64, Just(32768)],
@@ -57,7 +65,7 @@ proptest! {
 
     #[test]
     fn valid_questions_are_planned_about_any_state(
-        state in json_value(),
+        state in python_json_value(),
         questions in valid_questions(),
         max_state_tokens in prop_oneof![Just(0usize), 1usize..64, Just(32768)],
     ) {
@@ -70,8 +78,8 @@ proptest! {
 
     #[test]
     fn decide_forms_are_planned_or_refused_with_a_question_error(context in text(), schema in prop_oneof![
-        questions().prop_map(Value::Object),
-        json_value(),
+        questions().prop_map(|q| Json::from(Value::Object(q))),
+        python_json_value(),
     ]) {
         match PROMPTER.plan_decide(&context, Some(&schema)) {
             Ok(plan) => if plan.row_tokens() > 0 { prop_assert!(plan.questions() > 0) },

@@ -2,6 +2,7 @@
 //! strings at their edges, and `/v1/systemone` questions as clients write them, right, nearly
 //! right and wrong.
 
+use decider::python_json::{Int, Json};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
@@ -14,6 +15,26 @@ pub fn number() -> impl Strategy<Value = Value> {
         any::<f64>().prop_filter("JSON numbers are finite", |x| x.is_finite()).prop_map(Value::from),
         (0u8..12).prop_map(Value::from),
     ]
+}
+
+/// Numbers only Python's `json` reads: integers past 64 bits, NaN and the infinities.
+pub fn python_number() -> impl Strategy<Value = Json> {
+    prop_oneof![
+        "-?[1-9][0-9]{19,80}".prop_map(|digits| Json::Int(Int::from_literal(&digits))),
+        prop_oneof![Just(f64::NAN), Just(f64::INFINITY), Just(f64::NEG_INFINITY)].prop_map(Json::Float),
+    ]
+}
+
+/// Any JSON value as Python's `json` reads it, nested a few levels: [`json_value`]'s, with
+/// [`python_number`]s among the leaves.
+pub fn python_json_value() -> impl Strategy<Value = Json> {
+    let leaf = prop_oneof![4 => json_value().prop_map(Json::from), 1 => python_number()];
+    leaf.prop_recursive(3, 48, 8, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..10).prop_map(Json::List),
+            proptest::collection::vec((text(), inner), 0..6).prop_map(|entries| Json::Dict(entries.into_iter().collect())),
+        ]
+    })
 }
 
 /// Strings: any Unicode, and short words that are labels, numbers or keywords the prompt uses.

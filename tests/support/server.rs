@@ -102,5 +102,16 @@ pub fn read(response: Result<ureq::Response, ureq::Error>) -> (u16, Value) {
     }
     let mut text = String::new();
     response.into_reader().read_to_string(&mut text).expect("body");
-    (status, serde_json::from_str(&text).unwrap_or_else(|_| panic!("non-JSON body ({status}): {text}")))
+    (status, parse_deep(&text).unwrap_or_else(|_| panic!("non-JSON body ({status}): {text}")))
+}
+
+/// JSON nested deeper than serde_json's default limit of 128: a 422 echoes a body nested as deep
+/// as the server reads (`decider::python_json::MAX_DEPTH`).
+fn parse_deep(text: &str) -> serde_json::Result<Value> {
+    use serde::Deserialize;
+    let mut reader = serde_json::Deserializer::from_str(text);
+    reader.disable_recursion_limit();
+    let value = Value::deserialize(&mut reader)?;
+    reader.end()?;
+    Ok(value)
 }

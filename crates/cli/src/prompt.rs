@@ -4,6 +4,7 @@
 
 use anyhow::Context;
 use decider::SystemOneRequest;
+use decider::python_json::{Json, loads};
 use serde_json::{Value, json};
 
 use decider_cli::model_source::ModelSource;
@@ -26,12 +27,14 @@ pub struct PromptArgs {
 
 pub fn run(args: &PromptArgs) -> anyhow::Result<()> {
     let text = crate::decide::text_or_file(&args.request)?;
-    let body: Value = serde_json::from_str(&text).context("the request is not valid JSON")?;
+    // Read as the server reads a body (Python's `json.loads`), so both print the same prompt.
+    let body = loads(text.as_bytes()).context("the request is not valid JSON")?;
     let field = |name: &str| body.get(name).with_context(|| format!("the request has no \"{name}\""));
-    let questions = field("questions")?.as_object().context("\"questions\" must be an object {id: question}")?.clone();
+    let questions = field("questions")?.as_dict().context("\"questions\" must be an object {id: question}")?.clone();
     let mut request = SystemOneRequest::new(field("state")?.clone(), questions);
     if let Some(independent) = body.get("independent") {
-        request.independent = independent.as_bool().context("\"independent\" must be true or false")?;
+        let Json::Bool(independent) = independent else { anyhow::bail!("\"independent\" must be true or false") };
+        request.independent = *independent;
     }
     let prompter = args.model.prompter()?;
     let plan = if args.server { prompter.plan(&request)? } else { prompter.plan_library(&request)? };

@@ -19,6 +19,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use decider::{AnswerType, DeciderError, Prompter, Row, WorkingMemory};
 use qwen35::Qwen35Ops;
+use decider::python_json::Json;
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
 
@@ -275,7 +276,7 @@ async fn systemone(
 }
 
 /// `reservation` holds the body's memory until the request is planned.
-async fn answer_systemone(state: &Arc<AppState>, body: Value, reservation: Reservation) -> Result<decider::SystemOneResponse, ApiError> {
+async fn answer_systemone(state: &Arc<AppState>, body: Json, reservation: Reservation) -> Result<decider::SystemOneResponse, ApiError> {
     let (request, has_assets) = systemone_request(body, state.limits.max_state_tokens)?;
     if has_assets {
         return Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "this server was started without image support (DECIDER_IMAGES=1)"));
@@ -294,18 +295,15 @@ async fn decide(State(state): State<Arc<AppState>>, JsonBody(body, reservation):
 }
 
 /// `reservation` holds the body's memory until the form is planned.
-async fn answer_decide(state: &Arc<AppState>, body: Value, reservation: Reservation) -> Result<Map<String, Value>, ApiError> {
-    if !body.is_object() {
-        return Err(request::not_an_object(&body));
-    }
-    let mut body = body;
-    let context = match body.get_mut("context") {
-        Some(Value::String(c)) => std::mem::take(c),
+async fn answer_decide(state: &Arc<AppState>, body: Json, reservation: Reservation) -> Result<Map<String, Value>, ApiError> {
+    let Json::Dict(mut fields) = body else { return Err(request::not_an_object(&body)) };
+    let context = match fields.get_mut("context") {
+        Some(Json::Str(c)) => std::mem::take(c),
         Some(other) => return Err(invalid_fields(vec![field_error("string_type", &[json!("context")], "Input should be a valid string", other)])),
-        None => return Err(invalid_fields(vec![field_error("missing", &[json!("context")], "Field required", &body)])),
+        None => return Err(invalid_fields(vec![field_error("missing", &[json!("context")], "Field required", &Json::Dict(fields))])),
     };
-    let schema = body.get_mut("schema").map(Value::take).unwrap_or(Value::Null);
-    drop(body);
+    let schema = fields.get_mut("schema").map(Json::take).unwrap_or(Json::Null);
+    drop(fields);
     // Validated and tokenized off the model thread, and held to the row limits like
     // `/v1/systemone` (an empty schema runs no row).
     let plan = state.plan(reservation, move |prompter| prompter.plan_decide(&context, Some(&schema))).await?;

@@ -3,10 +3,8 @@
 
 use std::path::Path;
 
-use serde_json::{Map, Value};
-
 use crate::error::DeciderError;
-use crate::python_json::{py_repr, py_str, py_truthy, py_type_name};
+use crate::python_json::{Json, JsonMap, loads, py_repr, py_str, py_truthy, py_type_name};
 use crate::question::AnswerType;
 
 const WHERE: &str = "decider_config.json";
@@ -56,7 +54,7 @@ pub struct DeciderConfig {
 impl Default for DeciderConfig {
     /// A model folder without `decider_config.json` (a raw base model).
     fn default() -> Self {
-        Self::from_value(&Value::Object(Map::new())).expect("the empty config is valid")
+        Self::from_value(&Json::Dict(JsonMap::new())).expect("the empty config is valid")
     }
 }
 
@@ -73,23 +71,23 @@ impl DeciderConfig {
 
     /// Parses and validates the file's text.
     pub fn from_json(text: &str) -> Result<Self, DeciderError> {
-        let value: Value = serde_json::from_str(text).map_err(|e| DeciderError::Config(format!("not valid JSON: {e}")))?;
+        let value = loads(text.as_bytes()).map_err(|e| DeciderError::Config(format!("not valid JSON: {e}")))?;
         Self::from_value(&value)
     }
 
     /// Validates a parsed config.
-    pub fn from_value(value: &Value) -> Result<Self, DeciderError> {
-        let cfg = value.as_object().ok_or_else(|| DeciderError::Config(format!("{WHERE} must be a JSON object")))?;
+    pub fn from_value(value: &Json) -> Result<Self, DeciderError> {
+        let cfg = value.as_dict().ok_or_else(|| DeciderError::Config(format!("{WHERE} must be a JSON object")))?;
         check_layout(cfg)?;
         // The order of the reference's checks, so a config with several faults names the same one.
-        let temperature = positive(cfg.get("temperature").unwrap_or(&Value::from(1.0)), &format!("{WHERE} \"temperature\""))?;
+        let temperature = positive(cfg.get("temperature").unwrap_or(&Json::Float(1.0)), &format!("{WHERE} \"temperature\""))?;
         let per_type = by_type(cfg.get("temperature_by_type"), &format!("{WHERE} \"temperature_by_type\""))?;
         // Schema-first temperatures are not used here (no schema cache), but a config the
         // reference refuses is refused here too.
         by_type(cfg.get("temperature_schema_first_by_type"), &format!("{WHERE} \"temperature_schema_first_by_type\""))?;
         let by_options = by_options(cfg.get("temperature_by_options"), &format!("{WHERE} \"temperature_by_options\""))?;
         let temperatures = match by_options {
-            Some(_) if cfg.get("temperature_by_type").and_then(Value::as_object).is_some_and(|m| !m.is_empty()) => {
+            Some(_) if cfg.get("temperature_by_type").and_then(Json::as_dict).is_some_and(|m| !m.is_empty()) => {
                 return Err(DeciderError::Config(format!(
                     "{WHERE}: \"temperature_by_options\" and \"temperature_by_type\" cannot both be set"
                 )));
@@ -112,7 +110,7 @@ impl DeciderConfig {
 
     /// Replaces `temperature` and switches the per-type map off (`Decider(temperature=...)`).
     pub fn with_temperature(mut self, temperature: f64) -> Result<Self, DeciderError> {
-        let t = positive(&Value::from(temperature), "temperature")?;
+        let t = positive(&Json::Float(temperature), "temperature")?;
         self.temperature = t;
         self.temperatures = Temperatures::ByType { default: t, choice: None, noul: None, score: None };
         Ok(self)
@@ -121,16 +119,16 @@ impl DeciderConfig {
 
 /// Only the plain layout is implemented; a chat-layout or unknown layout is refused rather
 /// than read wrong.
-fn check_layout(cfg: &Map<String, Value>) -> Result<(), DeciderError> {
-    let chat_template = cfg.get("chat_template") == Some(&Value::Bool(true));
+fn check_layout(cfg: &JsonMap) -> Result<(), DeciderError> {
+    let chat_template = cfg.get("chat_template") == Some(&Json::Bool(true));
     match cfg.get("layout") {
-        None | Some(Value::Null) if !chat_template => Ok(()),
-        Some(Value::String(s)) if s == "plain" && !chat_template => Ok(()),
-        Some(Value::String(s)) if s == "plain" => Err(DeciderError::Config(format!(
+        None | Some(Json::Null) if !chat_template => Ok(()),
+        Some(Json::Str(s)) if s == "plain" && !chat_template => Ok(()),
+        Some(Json::Str(s)) if s == "plain" => Err(DeciderError::Config(format!(
             "{WHERE} says \"layout\": \"plain\" and \"chat_template\": true; these contradict each other"
         ))),
-        Some(Value::String(s)) if s == "chat" => Err(DeciderError::Config(format!("{WHERE} names the chat prompt layout; this runtime reads only the plain layout of the released decider models"))),
-        None | Some(Value::Null) => Err(DeciderError::Config(format!("{WHERE} sets \"chat_template\": true (the chat prompt layout); this runtime reads only the plain layout"))),
+        Some(Json::Str(s)) if s == "chat" => Err(DeciderError::Config(format!("{WHERE} names the chat prompt layout; this runtime reads only the plain layout of the released decider models"))),
+        None | Some(Json::Null) => Err(DeciderError::Config(format!("{WHERE} sets \"chat_template\": true (the chat prompt layout); this runtime reads only the plain layout"))),
         Some(other) => Err(DeciderError::Config(format!(
             "{WHERE} names the prompt layout {}; this runtime knows 'plain'",
             py_repr(other)
@@ -139,10 +137,10 @@ fn check_layout(cfg: &Map<String, Value>) -> Result<(), DeciderError> {
 }
 
 /// `temperature.positive`: a number, or a numeric string, finite and > 0.
-fn positive(value: &Value, where_: &str) -> Result<f64, DeciderError> {
+fn positive(value: &Json, where_: &str) -> Result<f64, DeciderError> {
     let number = match value {
-        Value::Number(n) => n.as_f64(),
-        Value::String(s) => s.trim().parse::<f64>().ok(),
+        Json::Int(_) | Json::Float(_) => value.as_f64(),
+        Json::Str(s) => s.trim().parse::<f64>().ok(),
         _ => None,
     };
     match number {
@@ -152,11 +150,11 @@ fn positive(value: &Value, where_: &str) -> Result<f64, DeciderError> {
 }
 
 /// `temperature.by_type`: `[choice, noul, score]`.
-fn by_type(map: Option<&Value>, where_: &str) -> Result<[Option<f64>; 3], DeciderError> {
+fn by_type(map: Option<&Json>, where_: &str) -> Result<[Option<f64>; 3], DeciderError> {
     let mut out = [None; 3];
     let map = match map {
-        None | Some(Value::Null) => return Ok(out),
-        Some(Value::Object(map)) => map,
+        None | Some(Json::Null) => return Ok(out),
+        Some(Json::Dict(map)) => map,
         Some(other) => {
             return Err(DeciderError::Config(format!(
                 "{where_} must be a map {{answer type: temperature}}, got {}; {KEYS_TEXT}",
@@ -169,10 +167,10 @@ fn by_type(map: Option<&Value>, where_: &str) -> Result<[Option<f64>; 3], Decide
             "choice" => 0,
             "noul" => 1,
             "score" => 2,
-            _ => return Err(DeciderError::Config(format!("{where_} has the unknown key {}; {KEYS_TEXT}", py_repr(&Value::String(key.clone()))))),
+            _ => return Err(DeciderError::Config(format!("{where_} has the unknown key {}; {KEYS_TEXT}", py_repr(&Json::Str(key.clone()))))),
         };
-        let inner = format!("{where_}[{}]", py_repr(&Value::String(key.clone())));
-        if !value.is_number() {
+        let inner = format!("{where_}[{}]", py_repr(&Json::Str(key.clone())));
+        if value.as_f64().is_none() {
             return Err(DeciderError::Config(format!("{inner} must be a finite number > 0, got {}", py_repr(value))));
         }
         out[slot] = Some(positive(value, &inner)?);
@@ -181,13 +179,13 @@ fn by_type(map: Option<&Value>, where_: &str) -> Result<[Option<f64>; 3], Decide
 }
 
 /// `temperature.by_options`: `{"a": number, "b": number, "min": number > 0 (optional)}`.
-fn by_options(spec: Option<&Value>, where_: &str) -> Result<Option<(f64, f64, f64)>, DeciderError> {
+fn by_options(spec: Option<&Json>, where_: &str) -> Result<Option<(f64, f64, f64)>, DeciderError> {
     let spec = match spec {
-        None | Some(Value::Null) => return Ok(None),
+        None | Some(Json::Null) => return Ok(None),
         Some(spec) => spec,
     };
     let form = || DeciderError::Config(format!("{where_} must be {{\"a\": number, \"b\": number, \"min\": number > 0 (optional)}}, got {}", py_repr(spec)));
-    let map = spec.as_object().ok_or_else(form)?;
+    let map = spec.as_dict().ok_or_else(form)?;
     if map.keys().any(|k| !matches!(k.as_str(), "a" | "b" | "min")) || !map.contains_key("a") || !map.contains_key("b") {
         return Err(form());
     }
@@ -198,6 +196,6 @@ fn by_options(spec: Option<&Value>, where_: &str) -> Result<Option<(f64, f64, f6
             .filter(|v| v.is_finite())
             .ok_or_else(|| DeciderError::Config(format!("{where_}['{key}'] must be a finite number, got {}", py_repr(&map[key]))))?;
     }
-    let min = positive(map.get("min").unwrap_or(&Value::from(0.05)), &format!("{where_}['min']"))?;
+    let min = positive(map.get("min").unwrap_or(&Json::Float(0.05)), &format!("{where_}['min']"))?;
     Ok(Some((ab[0], ab[1], min)))
 }

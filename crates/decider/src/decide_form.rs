@@ -11,6 +11,8 @@
 use qwen35::Qwen35Ops;
 use serde_json::{Map, Value};
 
+use crate::python_json::Json;
+
 use crate::answer::{argmax, py_round};
 use crate::engine::Decider;
 use crate::prompter::{DECIDE_MAX_CONTEXT_TOKENS, Prompter};
@@ -34,7 +36,7 @@ struct Field {
     keys: Vec<f64>,
     key_names: Vec<String>,
     /// Scale: the legend as given, echoed in the answer.
-    legend: Value,
+    legend: Json,
 }
 
 /// A `/decide` request turned into its one row.
@@ -61,43 +63,43 @@ fn invalid(message: String) -> DeciderError {
 }
 
 /// `Decider._check_schema` + `_schema_to_questions`.
-fn fields(schema: Option<&Value>, neutralize_none: bool) -> Result<Vec<(String, Field)>, DeciderError> {
+fn fields(schema: Option<&Json>, neutralize_none: bool) -> Result<Vec<(String, Field)>, DeciderError> {
     let schema = match schema {
-        None | Some(Value::Null) => return Err(invalid(format!("schema is required; {FORM}"))),
-        Some(Value::Object(map)) => map,
+        None | Some(Json::Null) => return Err(invalid(format!("schema is required; {FORM}"))),
+        Some(Json::Dict(map)) => map,
         Some(other) => return Err(invalid(format!("schema is a {}; {FORM}", py_type_name(other)))),
     };
     let mut out = Vec::with_capacity(schema.len());
     for (question, spec) in schema {
-        let at = format!("schema[{}]", py_repr(&Value::String(question.clone())));
-        let spec = spec.as_object().ok_or_else(|| invalid(format!("{at} is a {}, not a field object; {FORM}", py_type_name(spec))))?;
-        let kind = spec.get("type").cloned().unwrap_or(Value::String("choice".into()));
+        let at = format!("schema[{}]", py_repr(&Json::Str(question.clone())));
+        let spec = spec.as_dict().ok_or_else(|| invalid(format!("{at} is a {}, not a field object; {FORM}", py_type_name(spec))))?;
+        let kind = spec.get("type").cloned().unwrap_or(Json::Str("choice".into()));
         let field = match kind.as_str() {
             Some("choice") => {
                 let options: Vec<String> = match spec.get("options") {
-                    Some(Value::Array(items)) if !items.is_empty() && items.iter().all(Value::is_string) => items.iter().map(py_str).collect(),
-                    Some(Value::Object(map)) if !map.is_empty() => map.keys().cloned().collect(),
+                    Some(Json::List(items)) if !items.is_empty() && items.iter().all(Json::is_str) => items.iter().map(py_str).collect(),
+                    Some(Json::Dict(map)) if !map.is_empty() => map.keys().cloned().collect(),
                     _ => return Err(invalid(format!("{at}: \"options\" must be a non-empty list of strings; {FORM}"))),
                 };
                 let options: Vec<String> = options.into_iter().take(MAX_OPTIONS).collect();
                 let shown = options.iter().map(|o| if neutralize_none { neutralize(o) } else { o.clone() }).collect();
-                Field { kind: "choice", shown, names: options, keys: vec![], key_names: vec![], legend: Value::Null }
+                Field { kind: "choice", shown, names: options, keys: vec![], key_names: vec![], legend: Json::Null }
             }
             Some("bool") => {
                 let options = vec!["no".to_string(), "yes".to_string()];
-                Field { kind: "bool", shown: options.clone(), names: options, keys: vec![], key_names: vec![], legend: Value::Null }
+                Field { kind: "bool", shown: options.clone(), names: options, keys: vec![], key_names: vec![], legend: Json::Null }
             }
             Some("scale") => {
                 let legend = spec.get("legend");
-                let (keys, key_names, descriptions): (Vec<f64>, Vec<String>, Vec<Value>) = match legend {
-                    Some(Value::Array(items)) if !items.is_empty() => {
+                let (keys, key_names, descriptions): (Vec<f64>, Vec<String>, Vec<Json>) = match legend {
+                    Some(Json::List(items)) if !items.is_empty() => {
                         ((0..items.len()).map(|i| i as f64).collect(), (0..items.len()).map(|i| i.to_string()).collect(), items.clone())
                     }
-                    Some(Value::Object(map)) if !map.is_empty() => {
+                    Some(Json::Dict(map)) if !map.is_empty() => {
                         let mut keyed = Vec::new();
                         for (key, description) in map {
                             let value = key.trim().parse::<f64>().ok().filter(|v| v.is_finite()).ok_or_else(|| {
-                                invalid(format!("{at}: every \"legend\" key must be a finite level number, got {}; {FORM}", py_repr(&Value::String(key.clone()))))
+                                invalid(format!("{at}: every \"legend\" key must be a finite level number, got {}; {FORM}", py_repr(&Json::Str(key.clone()))))
                             })?;
                             keyed.push((value, key.clone(), description.clone()));
                         }
@@ -107,7 +109,7 @@ fn fields(schema: Option<&Value>, neutralize_none: bool) -> Result<Vec<(String, 
                     _ => return Err(invalid(format!("{at}: \"legend\" must be a non-empty list or {{level number: description}} map; {FORM}"))),
                 };
                 let shown: Vec<String> = key_names.iter().zip(&descriptions).take(MAX_OPTIONS).map(|(k, d)| format!("{k}: {}", py_str(d))).collect();
-                let legend = legend.cloned().unwrap_or(Value::Null);
+                let legend = legend.cloned().unwrap_or(Json::Null);
                 Field { kind: "scale", names: shown.clone(), shown, keys, key_names, legend }
             }
             _ => return Err(invalid(format!("unknown field type {}", py_str(&kind)))),
@@ -120,7 +122,7 @@ fn fields(schema: Option<&Value>, neutralize_none: bool) -> Result<Vec<(String, 
 impl Prompter {
     /// Validates the `/decide` form and builds its row (`Decider._check_schema`,
     /// `_schema_to_questions`, then one packed row).
-    pub fn plan_decide(&self, context: &str, schema: Option<&Value>) -> Result<DecidePlan, DeciderError> {
+    pub fn plan_decide(&self, context: &str, schema: Option<&Json>) -> Result<DecidePlan, DeciderError> {
         let fields = fields(schema, self.config.neutralize_none)?;
         if fields.is_empty() {
             return Ok(DecidePlan { fields, row: None });
@@ -143,7 +145,7 @@ impl Prompter {
 
 impl<B: Qwen35Ops> Decider<B> {
     /// Answers the `/decide` form; an empty schema answers `{}` without running the model.
-    pub fn decide_json(&self, context: &str, schema: Option<&Value>) -> Result<Map<String, Value>, DeciderError> {
+    pub fn decide_json(&self, context: &str, schema: Option<&Json>) -> Result<Map<String, Value>, DeciderError> {
         self.answer_decide(&self.prompter().plan_decide(context, schema)?)
     }
 
@@ -166,7 +168,7 @@ impl DecidePlan {
             .iter()
             .map(|(question, f)| {
                 let strings = strings_heap_bytes(&f.shown) + strings_heap_bytes(&f.names) + strings_heap_bytes(&f.key_names);
-                size_of::<(String, Field)>() + question.len() + strings + f.keys.len() * size_of::<f64>() + f.legend.to_string().len()
+                size_of::<(String, Field)>() + question.len() + strings + f.keys.len() * size_of::<f64>() + crate::python_json::dumps(&f.legend).len()
             })
             .sum();
         fields + self.rows().iter().map(Row::heap_bytes).sum::<usize>()
@@ -197,7 +199,7 @@ impl DecidePlan {
                         answer.insert("score".into(), py_round(score, 2).into());
                         answer.insert("confidence".into(), py_round(p[j], 4).into());
                         answer.insert("type".into(), "scale".into());
-                        answer.insert("legend".into(), field.legend.clone());
+                        answer.insert("legend".into(), field.legend.to_serde());
                         let probs = field.key_names.iter().zip(p).map(|(k, x)| (k.clone(), py_round(*x, 4).into())).collect();
                         answer.insert("probabilities".into(), Value::Object(probs));
                     }

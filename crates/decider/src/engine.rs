@@ -8,7 +8,9 @@ use std::path::Path;
 use burn::tensor::{Int, Tensor, TensorData};
 use qwen35::{Qwen35Ops, WeightFormat};
 use qwen35::Qwen35Model;
-use serde_json::{Map, Value};
+use serde_json::Value;
+
+use crate::python_json::Json;
 
 use crate::answer::{assemble, argmax};
 use crate::demo::demo_model;
@@ -109,7 +111,7 @@ impl<B: Qwen35Ops> Decider<B> {
     /// decider-ai's `Decider.system_one(state, questions)` with the defaults (independent rows):
     /// the library's prompt ([`Prompter::plan_library`], which neutralises "none of the above"
     /// options when the config asks).
-    pub fn system_one(&self, state: Value, questions: Map<String, Value>) -> Result<SystemOneResponse, DeciderError> {
+    pub fn system_one<V: Into<Json>>(&self, state: impl Into<Json>, questions: impl IntoIterator<Item = (String, V)>) -> Result<SystemOneResponse, DeciderError> {
         let plan = self.prompter.plan_library(&SystemOneRequest::new(state, questions))?;
         self.answer_plan(&plan)
     }

@@ -8,9 +8,9 @@
 use std::sync::LazyLock;
 
 use regex::Regex;
-use serde_json::{Map, Value};
 
 use crate::error::DeciderError;
+use crate::python_json::{Json, JsonMap};
 use crate::question::{AnswerType, RenderedQuestion, render_question};
 use crate::state::{StatePrefix, render_state_prefix, text_prefix};
 use crate::tokenizer::{MAX_OPTIONS, Tokenizer};
@@ -126,11 +126,11 @@ pub fn strip_level_number(text: &str) -> &str {
 
 /// Renders and plans a request (`serve.prepare`): validates every question first, then builds
 /// the rows.
-pub fn plan(tokenizer: &Tokenizer, state: &Value, questions: &Map<String, Value>, options: PlanOptions) -> Result<Plan, DeciderError> {
+pub fn plan(tokenizer: &Tokenizer, state: &Json, questions: &JsonMap, options: PlanOptions) -> Result<Plan, DeciderError> {
     let mut rendered = Vec::with_capacity(questions.len());
     for (id, spec) in questions {
         let spec = spec
-            .as_object()
+            .as_dict()
             .ok_or_else(|| DeciderError::InvalidQuestion(format!("question {id:?} must be an object")))?;
         rendered.push((id.clone(), render_question(spec)?));
     }

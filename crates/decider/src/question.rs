@@ -1,10 +1,8 @@
 //! A typed question as the model sees it: `systemone.render_question` of decider-ai 1.10.0
 //! (decider-ai 1.10.0's question types), with the reference's validation messages.
 
-use serde_json::{Map, Value};
-
 use crate::error::DeciderError;
-use crate::python_json::{dumps, py_repr, py_str, py_truthy};
+use crate::python_json::{Json, JsonMap, dumps, py_repr, py_str, py_truthy};
 use crate::tokenizer::MAX_OPTIONS;
 
 /// Most levels a Score question may have.
@@ -57,16 +55,16 @@ pub struct RenderedQuestion {
 }
 
 /// A non-string JSON value as it enters the prompt: `json.dumps(v, ensure_ascii=False)`.
-fn text_of(value: &Value) -> String {
+fn text_of(value: &Json) -> String {
     match value {
-        Value::String(s) => s.clone(),
+        Json::Str(s) => s.clone(),
         other => dumps(other),
     }
 }
 
 /// Python's `v in (None, "")`.
-fn is_blank(value: Option<&Value>) -> bool {
-    matches!(value, None | Some(Value::Null)) || value.and_then(Value::as_str) == Some("")
+fn is_blank(value: Option<&Json>) -> bool {
+    matches!(value, None | Some(Json::Null)) || value.and_then(Json::as_str) == Some("")
 }
 
 fn invalid(message: impl Into<String>) -> DeciderError {
@@ -74,8 +72,8 @@ fn invalid(message: impl Into<String>) -> DeciderError {
 }
 
 /// `render_question(spec)`: validates one question object and renders it.
-pub fn render_question(spec: &Map<String, Value>) -> Result<RenderedQuestion, DeciderError> {
-    let choice = Value::String("choice".into());
+pub fn render_question(spec: &JsonMap) -> Result<RenderedQuestion, DeciderError> {
+    let choice = Json::Str("choice".into());
     let kind_value = spec.get("type").unwrap_or(&choice);
     let criteria = spec.get("criteria").or_else(|| spec.get("options"));
     let criteria = criteria.filter(|v| !v.is_null());
@@ -84,10 +82,10 @@ pub fn render_question(spec: &Map<String, Value>) -> Result<RenderedQuestion, De
     let is_noul = matches!(kind_name, Some("noul" | "bool"));
 
     let text = if is_noul && is_blank(raw) {
-        let described = criteria.and_then(Value::as_object).is_some_and(|c| {
+        let described = criteria.and_then(Json::as_dict).is_some_and(|c| {
             [c.get("true"), c.get("false")].into_iter().any(|d| !is_blank(d))
         });
-        if !described && criteria.is_none_or(Value::is_object) {
+        if !described && criteria.is_none_or(Json::is_dict) {
             return Err(invalid("noul question without instructions: criteria must describe true or false"));
         }
         NOUL_WITHOUT_INSTRUCTIONS.to_string()
@@ -100,10 +98,10 @@ pub fn render_question(spec: &Map<String, Value>) -> Result<RenderedQuestion, De
 
     let (kind, options, names, legend) = match kind_name {
         Some("choice") => {
-            let map: Map<String, Value> = match criteria {
-                Some(Value::Array(items)) => items.iter().map(|c| (py_str(c), Value::Null)).collect(),
-                Some(Value::Object(map)) => map.clone(),
-                _ => Map::new(),
+            let map: JsonMap = match criteria {
+                Some(Json::List(items)) => items.iter().map(|c| (py_str(c), Json::Null)).collect(),
+                Some(Json::Dict(map)) => map.clone(),
+                _ => JsonMap::new(),
             };
             if !(2..=MAX_OPTIONS).contains(&map.len()) {
                 return Err(invalid(format!("choice criteria: a map of 2..{MAX_OPTIONS} options")));
@@ -115,9 +113,9 @@ pub fn render_question(spec: &Map<String, Value>) -> Result<RenderedQuestion, De
             (AnswerType::Choice, options, map.keys().cloned().collect(), vec![])
         }
         Some("score") => {
-            let levels: Vec<Value> = match criteria {
-                Some(Value::Object(legend)) => sorted_legend(legend)?,
-                Some(Value::Array(items)) => items.clone(),
+            let levels: Vec<Json> = match criteria {
+                Some(Json::Dict(legend)) => sorted_legend(legend)?,
+                Some(Json::List(items)) => items.clone(),
                 _ => vec![],
             };
             if !(2..=MAX_LEVELS).contains(&levels.len()) {
@@ -129,11 +127,11 @@ pub fn render_question(spec: &Map<String, Value>) -> Result<RenderedQuestion, De
         }
         Some("noul" | "bool") => {
             let described = match criteria {
-                None => Map::new(),
-                Some(Value::Object(c)) => c.clone(),
+                None => JsonMap::new(),
+                Some(Json::Dict(c)) => c.clone(),
                 Some(_) => return Err(invalid("noul criteria: a map of optional true/false descriptions")),
             };
-            let option = |word: &str, d: Option<&Value>| match d {
+            let option = |word: &str, d: Option<&Json>| match d {
                 d if is_blank(d) => word.to_string(),
                 Some(d) => format!("{word}: {}", text_of(d)),
                 None => unreachable!("a missing description is blank"),
@@ -148,10 +146,10 @@ pub fn render_question(spec: &Map<String, Value>) -> Result<RenderedQuestion, De
 }
 
 /// A legend object `{"0": d, "1": d, ...}` in the order of `float(key)` (stable for equal keys).
-fn sorted_legend(legend: &Map<String, Value>) -> Result<Vec<Value>, DeciderError> {
+fn sorted_legend(legend: &JsonMap) -> Result<Vec<Json>, DeciderError> {
     let mut keyed = Vec::with_capacity(legend.len());
     for (key, value) in legend {
-        let number = python_float(key).ok_or_else(|| invalid(format!("could not convert string to float: {}", py_repr(&Value::String(key.clone())))))?;
+        let number = python_float(key).ok_or_else(|| invalid(format!("could not convert string to float: {}", py_repr(&Json::Str(key.clone())))))?;
         keyed.push((number, value.clone()));
     }
     keyed.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal));

@@ -1,9 +1,7 @@
 //! The state as the prompt shows it (`systemone.render_state`): a string as it
 //! is, any other JSON as Python's `json.dumps` of it with long lists annotated by position.
 
-use serde_json::Value;
-
-use crate::python_json::{Bounded, write_json};
+use crate::python_json::{Bounded, Json, write_json};
 
 /// Lists at least this long get an `_index` on every element (`annotate_indices`): an object
 /// element `v` becomes `{"_index": i, **v}`, anything else `{"_index": i, "value": v}`, so a path
@@ -11,7 +9,7 @@ use crate::python_json::{Bounded, write_json};
 pub const ANNOTATE_MIN: usize = 8;
 
 /// The state text after `Context:\n`.
-pub fn render_state(state: &Value) -> String {
+pub fn render_state(state: &Json) -> String {
     render_state_prefix(state, usize::MAX).text
 }
 
@@ -25,9 +23,9 @@ pub struct StatePrefix {
 
 /// The first `max_bytes` bytes of [`render_state`]'s text, written without rendering the rest:
 /// the work and memory are bounded by `max_bytes`, not by the state.
-pub fn render_state_prefix(state: &Value, max_bytes: usize) -> StatePrefix {
+pub fn render_state_prefix(state: &Json, max_bytes: usize) -> StatePrefix {
     match state {
-        Value::String(s) => text_prefix(s, max_bytes),
+        Json::Str(s) => text_prefix(s, max_bytes),
         other => {
             let mut out = Bounded::new(max_bytes);
             let complete = write_json(other, &mut out, ANNOTATE_MIN).is_ok();

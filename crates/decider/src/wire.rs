@@ -4,13 +4,15 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::python_json::{Json, JsonMap};
+
 /// A `/v1/systemone` request (decider-ai 1.10.0's `/v1/systemone` body).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SystemOneRequest {
     /// Any JSON: a string is used as it is, anything else as Python's `json.dumps` of it.
-    pub state: Value,
+    pub state: Json,
     /// `{id: question}`, answered in this order.
-    pub questions: Map<String, Value>,
+    pub questions: JsonMap,
     /// One row per question (default) or all questions in one row.
     pub independent: bool,
     /// Cap on the state segment's tokens (32,768).
@@ -18,8 +20,10 @@ pub struct SystemOneRequest {
 }
 
 impl SystemOneRequest {
-    pub fn new(state: Value, questions: Map<String, Value>) -> Self {
-        Self { state, questions, independent: true, max_state_tokens: crate::prompt::MAX_STATE_TOKENS }
+    /// A request with the defaults; `state` and `questions` as [`Json`] or as `serde_json` values.
+    pub fn new<V: Into<Json>>(state: impl Into<Json>, questions: impl IntoIterator<Item = (String, V)>) -> Self {
+        let questions = questions.into_iter().map(|(id, q)| (id, q.into())).collect();
+        Self { state: state.into(), questions, independent: true, max_state_tokens: crate::prompt::MAX_STATE_TOKENS }
     }
 }
 

@@ -5,6 +5,7 @@
 //! digit runs, whitespace runs, punctuation runs and one unbroken run of letters.
 
 use decider::prompt::{PlanOptions, context_ids, plan};
+use decider::python_json::Json;
 use decider::state::render_state;
 use decider::Tokenizer;
 use serde_json::{Value, json};
@@ -44,19 +45,20 @@ fn a_text_state_cut_at_its_cap_equals_the_whole_text_cut() {
 #[test]
 fn a_json_state_cut_at_its_cap_equals_the_whole_rendering_cut() {
     let tokenizer = Tokenizer::test_tokenizer();
-    let states = [
+    let states: [Json; 4] = [
         json!((0..2000).map(|i| json!([i])).collect::<Vec<_>>()),
         json!({"records": (0..500).map(|i| json!({"id": i, "name": format!("item {i}"), "_index": "own"})).collect::<Vec<_>>(),
                "note": "tail"}),
         json!((0..3000).map(|i| json!(i as f64 / 7.0)).collect::<Vec<_>>()),
         Value::String("plain ".repeat(3000)),
-    ];
-    let question = json!({"q": {"type": "noul", "instructions": "Is it?"}});
+    ]
+    .map(Json::from);
+    let question = Json::from(json!({"q": {"type": "noul", "instructions": "Is it?"}}));
     for (n, state) in states.iter().enumerate() {
         let rendered = render_state(state);
         for cap in [3, 200, 777] {
             let options = PlanOptions { max_state_tokens: cap, ..PlanOptions::default() };
-            let planned = plan(&tokenizer, state, question.as_object().unwrap(), options).unwrap();
+            let planned = plan(&tokenizer, state, question.as_dict().unwrap(), options).unwrap();
             let expected = whole(&tokenizer, &rendered, cap);
             assert_eq!(planned.context_len, expected.len(), "state {n} cap {cap}");
             assert_eq!(planned.rows[0].ids[..planned.context_len], expected[..], "state {n} cap {cap}");

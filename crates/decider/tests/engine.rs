@@ -59,7 +59,7 @@ fn requests_scored_together_answer_as_scored_alone() {
         decider.prompter().plan(&SystemOneRequest::new(state(), questions())).unwrap().rows,
         one(long_state, "team"),
         vec![],
-        decider.prompter().plan_decide("My card was charged twice.", Some(&json!({"Refund?": {"type": "bool"}}))).unwrap().rows().to_vec(),
+        decider.prompter().plan_decide("My card was charged twice.", Some(&json!({"Refund?": {"type": "bool"}}).into())).unwrap().rows().to_vec(),
         one(state(), "wide"),
     ];
     let lengths: Vec<usize> = requests.iter().filter(|r| r.len() == 1).map(|r| r[0].ids.len()).collect();
@@ -186,7 +186,7 @@ fn non_finite_logits_are_an_error_not_an_answer() {
     let error = decider.system_one(state(), questions()).expect_err("NaN logits are an error");
     assert!(matches!(error, decider::DeciderError::NonFinite(_)), "{error}");
     assert!(error.to_string().contains("are NaN or infinite"), "{error}");
-    let error = decider.decide_json("context", Some(&json!({"Q?": {"type": "bool"}}))).expect_err("and on /decide");
+    let error = decider.decide_json("context", Some(&json!({"Q?": {"type": "bool"}}).into())).expect_err("and on /decide");
     assert!(error.to_string().contains("are NaN or infinite"), "{error}");
 }
 

@@ -4,11 +4,12 @@
 
 use decider::answer::assemble;
 use decider::prompt::plan;
+use decider::python_json::Json;
 use decider::readout::probabilities;
 use decider::state::render_state;
 use decider::{DeciderConfig, PlanOptions, Prompter, SystemOneRequest, Tokenizer};
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 fn fixture(name: &str) -> Value {
     let path = format!("{}/../../tests/fixtures/prompts/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -78,8 +79,8 @@ fn prompt_rows_equal_the_reference() {
     let (mut matched, mut refused, mut failures) = (0, 0, Vec::new());
     for case in &cases {
         let name = case["name"].as_str().unwrap();
-        let questions: &Map<String, Value> = case["questions"].as_object().unwrap();
-        let result = plan(&tokenizer, &case["state"], questions, options(case));
+        let (state, questions) = (Json::from(case["state"].clone()), Json::from(case["questions"].clone()));
+        let result = plan(&tokenizer, &state, questions.as_dict().unwrap(), options(case));
         match (case.get("error"), result) {
             (Some(expected), Err(e)) if e.to_string() == expected.as_str().unwrap() => refused += 1,
             (Some(expected), other) => failures.push(format!("{name}: expected error {expected}, got {:?}", other.map(|p| p.rows.len()))),
@@ -87,7 +88,7 @@ fn prompt_rows_equal_the_reference() {
             (None, Ok(plan)) => {
                 let expected: Vec<ExpectedRow> = serde_json::from_value(case["rows"].clone()).unwrap();
                 let ours = expected_rows(&plan.rows);
-                let rendered = render_state(&case["state"]);
+                let rendered = render_state(&state);
                 if ours != expected {
                     let first = ours.iter().zip(&expected).position(|(a, b)| a != b);
                     failures.push(format!("{name}: rows differ ({} vs {} rows, first differing row {first:?})", ours.len(), expected.len()));
@@ -113,8 +114,8 @@ fn answers_equal_the_reference() {
     let mut failures = Vec::new();
     for case in &cases {
         let name = case["name"].as_str().unwrap();
-        let questions = case["questions"].as_object().unwrap();
-        let plan = plan(&tokenizer, &Value::String(String::new()), questions, PlanOptions { max_state_tokens: 32768, ..options(case) }).unwrap();
+        let questions = Json::from(case["questions"].clone());
+        let plan = plan(&tokenizer, &Json::from(""), questions.as_dict().unwrap(), PlanOptions { max_state_tokens: 32768, ..options(case) }).unwrap();
         let probs: Vec<Vec<f64>> = serde_json::from_value(case["probs"].clone()).unwrap();
         let ours = Value::Object(assemble(&plan.questions, &probs));
         if ours != case["answers"] {
@@ -148,7 +149,7 @@ fn temperature_configs_are_validated_as_the_reference() {
     let kinds = [("choice", decider::AnswerType::Choice), ("noul", decider::AnswerType::Noul), ("score", decider::AnswerType::Score)];
     for case in &cases {
         let name = case["name"].as_str().unwrap();
-        let result = DeciderConfig::from_value(&case["config"]);
+        let result = DeciderConfig::from_value(&Json::from(case["config"].clone()));
         match (case.get("error"), result) {
             (Some(expected), Err(e)) => assert_eq!(e.to_string(), expected.as_str().unwrap(), "{name}"),
             (Some(expected), Ok(_)) => panic!("{name}: accepted, reference refuses: {expected}"),

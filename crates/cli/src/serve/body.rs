@@ -1,4 +1,5 @@
-//! The request body: its size limit, and its parsing as JSON with FastAPI's 422.
+//! The request body: its size limit, and its parsing as JSON as the reference reads it
+//! (Python's `json.loads`), with FastAPI's 422 and 400.
 //!
 //! A body over the limit is a 413, but the 413 must reach the client. Most clients (curl for
 //! small bodies, ureq, requests) write the whole body before they read the response; a server
@@ -16,7 +17,8 @@ use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderMap, StatusCode, header};
 use http_body_util::BodyExt;
-use serde_json::{Value, json};
+use decider::python_json::{Json, LoadError, loads};
+use serde_json::json;
 
 use super::memory::{Reservation, parse_bytes};
 use super::request::{invalid_fields, not_an_object};
@@ -30,7 +32,7 @@ const DRAIN_TIME: Duration = Duration::from_secs(10);
 
 /// A request body parsed as JSON, at most `--max-body-bytes` long, with the memory its bytes
 /// and its parse hold reserved in the server's budget (`memory.rs`) until the handler drops it.
-pub(super) struct JsonBody(pub Value, pub Reservation);
+pub(super) struct JsonBody(pub Json, pub Reservation);
 
 impl FromRequest<Arc<AppState>> for JsonBody {
     type Rejection = ApiError;
@@ -57,7 +59,7 @@ impl FromRequest<Arc<AppState>> for JsonBody {
                 return Err(invalid_fields(vec![json!({"type": "missing", "loc": ["body"], "msg": "Field required", "input": null})]));
             }
             if !json {
-                return Err(not_an_object(&Value::String(String::from_utf8_lossy(&bytes).into_owned())));
+                return Err(not_an_object(&Json::Str(String::from_utf8_lossy(&bytes).into_owned())));
             }
             Ok(JsonBody(parse_json(&bytes)?, reservation))
         })
@@ -125,19 +127,19 @@ fn is_json(headers: &HeaderMap) -> bool {
     mime.type_() == mime::APPLICATION && (mime.subtype() == mime::JSON || mime.suffix() == Some(mime::JSON))
 }
 
-/// The body as JSON; malformed JSON is FastAPI's 422, at the character offset Python's `json`
-/// reports (the end of the body when it ends too soon).
-fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
-    serde_json::from_slice(body).map_err(|e| {
-        let at = if e.is_eof() { body.len() } else { byte_offset(body, e.line(), e.column()) };
-        let offset = String::from_utf8_lossy(&body[..at.min(body.len())]).chars().count();
-        let detail = json!([{"type": "json_invalid", "loc": ["body", offset], "msg": "JSON decode error", "input": {}, "ctx": {"error": e.to_string()}}]);
-        ApiError(StatusCode::UNPROCESSABLE_ENTITY, detail)
+/// The body as `json.loads` reads it. As FastAPI answers a body it cannot read: a
+/// `JSONDecodeError` is a 422 `json_invalid` with Python's message at its character offset;
+/// any other exception (not UTF-8, an integer of more than 4,300 digits, nesting past the
+/// recursion limit) is a 400 whose detail does not say why, so the log does.
+fn parse_json(body: &[u8]) -> Result<Json, ApiError> {
+    loads(body).map_err(|e| match e {
+        LoadError::Decode { msg, pos, .. } => {
+            let detail = json!([{"type": "json_invalid", "loc": ["body", pos], "msg": "JSON decode error", "input": {}, "ctx": {"error": msg}}]);
+            ApiError(StatusCode::UNPROCESSABLE_ENTITY, detail)
+        }
+        LoadError::Other(cause) => {
+            eprintln!("decider: a request body could not be read as JSON: {cause}");
+            ApiError::new(StatusCode::BAD_REQUEST, "There was an error parsing the body")
+        }
     })
-}
-
-/// serde_json reports a line and column (1-based, the column in bytes); this is the byte offset.
-fn byte_offset(body: &[u8], line: usize, column: usize) -> usize {
-    let line_start: usize = body.split(|&b| b == b'\n').take(line.saturating_sub(1)).map(|l| l.len() + 1).sum();
-    (line_start + column).saturating_sub(1)
 }

@@ -3,12 +3,13 @@
 
 use axum::http::StatusCode;
 use decider::SystemOneRequest;
+use decider::python_json::Json;
 use serde_json::{Value, json};
 
 use super::error::ApiError;
 
 /// One entry of FastAPI's list-shaped 422 `detail`.
-pub(super) fn field_error(kind: &str, loc: &[Value], msg: &str, input: &Value) -> Value {
+pub(super) fn field_error(kind: &str, loc: &[Value], msg: &str, input: &Json) -> Value {
     let mut loc_all = vec![json!("body")];
     loc_all.extend_from_slice(loc);
     json!({"type": kind, "loc": loc_all, "msg": msg, "input": echoed(input)})
@@ -16,10 +17,13 @@ pub(super) fn field_error(kind: &str, loc: &[Value], msg: &str, input: &Value) -
 
 /// Bytes of JSON an input is echoed in a 422 with at most. A refused body is echoed after its
 /// memory reservation is gone, and escaping can make it six times longer: past this it is
-/// replaced by a note of its size (FastAPI echoes it whole).
+/// replaced by a note of its size (FastAPI echoes it whole). The echo is JSON as serde_json
+/// writes it: an integer past 64 bits is echoed as the nearest float, and `NaN` or `Infinity`
+/// as `null` (FastAPI cannot write those and answers 500 instead).
 const ECHO_LIMIT: usize = 64 << 10;
 
-fn echoed(input: &Value) -> Value {
+fn echoed(input: &Json) -> Value {
+    let input = input.to_serde();
     /// Counts bytes written and fails past the limit, so a long input is not written whole.
     struct Bounded(usize);
     impl std::io::Write for Bounded {
@@ -31,8 +35,8 @@ fn echoed(input: &Value) -> Value {
             Ok(())
         }
     }
-    match serde_json::to_writer(Bounded(0), input) {
-        Ok(()) => input.clone(),
+    match serde_json::to_writer(Bounded(0), &input) {
+        Ok(()) => input,
         Err(_) => Value::String(format!("(more than {ECHO_LIMIT} bytes of JSON, not echoed)")),
     }
 }
@@ -43,26 +47,26 @@ pub(super) fn invalid_fields(errors: Vec<Value>) -> ApiError {
 }
 
 /// pydantic's 422 for a model body that is not an object (`input` is what it got).
-pub(super) fn not_an_object(input: &Value) -> ApiError {
+pub(super) fn not_an_object(input: &Json) -> ApiError {
     let msg = "Input should be a valid dictionary or object to extract fields from";
     invalid_fields(vec![field_error("model_attributes_type", &[], msg, input)])
 }
 
 /// pydantic's lax boolean: `true`/`false`, 0 and 1 (also as 0.0 and 1.0), and the strings it
 /// knows; otherwise its error type and message for the input.
-fn lax_bool(value: &Value) -> Result<bool, (&'static str, &'static str)> {
+fn lax_bool(value: &Json) -> Result<bool, (&'static str, &'static str)> {
     const PARSING: (&str, &str) = ("bool_parsing", "Input should be a valid boolean, unable to interpret input");
     const TYPE: (&str, &str) = ("bool_type", "Input should be a valid boolean");
     match value {
-        Value::Bool(b) => Ok(*b),
-        Value::Number(n) => match n.as_f64() {
+        Json::Bool(b) => Ok(*b),
+        Json::Int(_) | Json::Float(_) => match value.as_f64() {
             Some(0.0) => Ok(false),
             Some(1.0) => Ok(true),
             // A whole number is read as an integer, which is no boolean; a fraction is no number it reads.
             Some(x) if x.fract() == 0.0 => Err(PARSING),
             _ => Err(TYPE),
         },
-        Value::String(s) => match s.trim().to_ascii_lowercase().as_str() {
+        Json::Str(s) => match s.trim().to_ascii_lowercase().as_str() {
             "1" | "on" | "t" | "true" | "y" | "yes" => Ok(true),
             "0" | "off" | "f" | "false" | "n" | "no" => Ok(false),
             _ => Err(PARSING),
@@ -75,9 +79,9 @@ fn lax_bool(value: &Value) -> Result<bool, (&'static str, &'static str)> {
 /// state moves into the request, never copied. Errors are reported as pydantic does: every
 /// field's, in the order the model declares them (`state`, `questions`, `model`,
 /// `independent`, `layout`).
-pub(super) fn systemone_request(body: Value, max_state_tokens: usize) -> Result<(SystemOneRequest, bool), ApiError> {
+pub(super) fn systemone_request(body: Json, max_state_tokens: usize) -> Result<(SystemOneRequest, bool), ApiError> {
     let mut fields = match body {
-        Value::Object(fields) => fields,
+        Json::Dict(fields) => fields,
         other => return Err(not_an_object(&other)),
     };
     // (field, error type, message, whether the input is the whole body); filled in order.
@@ -87,10 +91,10 @@ pub(super) fn systemone_request(body: Value, max_state_tokens: usize) -> Result<
     }
     match fields.get("questions") {
         None => errors.push(("questions", "missing", "Field required", true)),
-        Some(q) if !q.is_object() => errors.push(("questions", "dict_type", "Input should be a valid dictionary", false)),
+        Some(q) if !q.is_dict() => errors.push(("questions", "dict_type", "Input should be a valid dictionary", false)),
         Some(_) => {}
     }
-    let string_field = |name| fields.get(name).is_some_and(|v: &Value| !v.is_null() && !v.is_string()).then_some((name, "string_type", "Input should be a valid string", false));
+    let string_field = |name| fields.get(name).is_some_and(|v: &Json| !v.is_null() && !v.is_str()).then_some((name, "string_type", "Input should be a valid string", false));
     errors.extend(string_field("model"));
     let independent = match fields.get("independent").map(lax_bool) {
         None => true,
@@ -102,22 +106,22 @@ pub(super) fn systemone_request(body: Value, max_state_tokens: usize) -> Result<
     };
     errors.extend(string_field("layout"));
     let has_assets = match fields.get("assets") {
-        None | Some(Value::Null) => false,
-        Some(Value::Object(a)) => !a.is_empty(),
+        None | Some(Json::Null) => false,
+        Some(Json::Dict(a)) => !a.is_empty(),
         Some(_) => {
             errors.push(("assets", "dict_type", "Input should be a valid dictionary", false));
             false
         }
     };
     if !errors.is_empty() {
-        let body = Value::Object(fields);
+        let body = Json::Dict(fields);
         let entries = errors
             .into_iter()
-            .map(|(field, kind, msg, whole)| field_error(kind, &[json!(field)], msg, if whole { &body } else { &body[field] }))
+            .map(|(field, kind, msg, whole)| field_error(kind, &[json!(field)], msg, if whole { &body } else { body.get(field).unwrap_or(&Json::Null) }))
             .collect();
         return Err(invalid_fields(entries));
     }
-    let (Some(state), Some(Value::Object(questions))) = (fields.remove("state"), fields.remove("questions")) else {
+    let (Some(state), Some(Json::Dict(questions))) = (fields.shift_remove("state"), fields.shift_remove("questions")) else {
         unreachable!("both fields were checked above")
     };
     let mut request = SystemOneRequest::new(state, questions);

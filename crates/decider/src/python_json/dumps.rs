@@ -1,15 +1,13 @@
 //! JSON text exactly as Python's `json.dumps(value, ensure_ascii=False)` writes it, and
 //! `repr`/`str` of JSON values, because the prompt and some error messages are built from them
-//! (`systemone.render_state` in decider-ai 1.10.0): separators `", "` and `": "`, keys in request order, Python's float repr
-//! (`1.0`, `1e-05`, `1e+16`), non-ASCII characters raw, control characters escaped.
-//!
-//! Integers beyond 64 bits arrive as floats (serde_json without `arbitrary_precision`), so they
-//! print as Python would print that float, not as the exact integer.
+//! (`systemone.render_state` in decider-ai 1.10.0): separators `", "` and `": "`, keys in request
+//! order, integers exact, Python's float repr (`1.0`, `1e-05`, `1e+16`, `NaN`, `Infinity`),
+//! non-ASCII characters raw, control characters escaped.
 
-use serde_json::Value;
+use super::value::Json;
 
 /// `json.dumps(value, ensure_ascii=False)`.
-pub fn dumps(value: &Value) -> String {
+pub fn dumps(value: &Json) -> String {
     let mut out = Bounded::new(usize::MAX);
     let _ = write_json(value, &mut out, usize::MAX);
     out.text
@@ -56,13 +54,14 @@ impl Bounded {
 /// ([`crate::state::ANNOTATE_MIN`]; `usize::MAX` for plain `json.dumps`): an object element `v`
 /// as `{"_index": i, **v}` (`_index` first; `v`'s own `_index` value, if it has one, wins),
 /// anything else as `{"_index": i, "value": v}`.
-pub fn write_json(value: &Value, out: &mut Bounded, index_lists_from: usize) -> Result<(), Full> {
+pub fn write_json(value: &Json, out: &mut Bounded, index_lists_from: usize) -> Result<(), Full> {
     match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => out.push_str(&number_repr(n)),
-        Value::String(s) => write_json_string(s, out),
-        Value::Array(items) => {
+        Json::Null => out.push_str("null"),
+        Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Json::Int(i) => out.push_str(i.as_str()),
+        Json::Float(x) => out.push_str(&float_repr(*x)),
+        Json::Str(s) => write_json_string(s, out),
+        Json::List(items) => {
             out.push('[')?;
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
@@ -74,7 +73,7 @@ pub fn write_json(value: &Value, out: &mut Bounded, index_lists_from: usize) -> 
                 }
                 out.push_str("{\"_index\": ")?;
                 match item {
-                    Value::Object(fields) => {
+                    Json::Dict(fields) => {
                         match fields.get("_index") {
                             Some(own) => write_json(own, out, index_lists_from)?,
                             None => out.push_str(&i.to_string())?,
@@ -92,7 +91,7 @@ pub fn write_json(value: &Value, out: &mut Bounded, index_lists_from: usize) -> 
             }
             out.push(']')
         }
-        Value::Object(map) => {
+        Json::Dict(map) => {
             out.push('{')?;
             for (i, (key, item)) in map.iter().enumerate() {
                 if i > 0 {
@@ -108,7 +107,7 @@ pub fn write_json(value: &Value, out: &mut Bounded, index_lists_from: usize) -> 
 }
 
 /// `, "key": value` after the first member of an object.
-fn write_member(key: &str, value: &Value, out: &mut Bounded, index_lists_from: usize) -> Result<(), Full> {
+fn write_member(key: &str, value: &Json, out: &mut Bounded, index_lists_from: usize) -> Result<(), Full> {
     out.push_str(", ")?;
     write_json_string(key, out)?;
     out.push_str(": ")?;
@@ -134,18 +133,7 @@ fn write_json_string(s: &str, out: &mut Bounded) -> Result<(), Full> {
     out.push('"')
 }
 
-/// An integer as Python prints it, a float as `repr(float)` does.
-fn number_repr(n: &serde_json::Number) -> String {
-    if let Some(i) = n.as_i64() {
-        i.to_string()
-    } else if let Some(u) = n.as_u64() {
-        u.to_string()
-    } else {
-        float_repr(n.as_f64().unwrap_or(f64::NAN))
-    }
-}
-
-/// `repr(x)` of a Python float (`json.dumps` writes the same, with `Infinity`/`NaN`): the
+/// `json.dumps` of a Python float: `repr(x)` (with `NaN`, `Infinity` and `-Infinity`): the
 /// shortest round-trip digits, in positional notation when the decimal exponent is in
 /// [-4, 16), else scientific with a signed two-digit exponent.
 pub fn float_repr(x: f64) -> String {
@@ -183,22 +171,23 @@ pub fn float_repr(x: f64) -> String {
 
 /// `str(value)` of the Python object `json.loads` makes: strings as they are, everything else
 /// as `repr` (`None`, `True`, `1.0`, `{'a': [1, 2]}`).
-pub fn py_str(value: &Value) -> String {
+pub fn py_str(value: &Json) -> String {
     match value {
-        Value::String(s) => s.clone(),
+        Json::Str(s) => s.clone(),
         other => py_repr(other),
     }
 }
 
 /// `repr(value)` of the Python object `json.loads` makes.
-pub fn py_repr(value: &Value) -> String {
+pub fn py_repr(value: &Json) -> String {
     match value {
-        Value::Null => "None".into(),
-        Value::Bool(b) => if *b { "True" } else { "False" }.into(),
-        Value::Number(n) => number_repr(n).replace("Infinity", "inf").replace("NaN", "nan"),
-        Value::String(s) => str_repr(s),
-        Value::Array(items) => format!("[{}]", items.iter().map(py_repr).collect::<Vec<_>>().join(", ")),
-        Value::Object(map) => format!(
+        Json::Null => "None".into(),
+        Json::Bool(b) => if *b { "True" } else { "False" }.into(),
+        Json::Int(i) => i.as_str().into(),
+        Json::Float(x) => float_repr(*x).replace("Infinity", "inf").replace("NaN", "nan"),
+        Json::Str(s) => str_repr(s),
+        Json::List(items) => format!("[{}]", items.iter().map(py_repr).collect::<Vec<_>>().join(", ")),
+        Json::Dict(map) => format!(
             "{{{}}}",
             map.iter().map(|(k, v)| format!("{}: {}", str_repr(k), py_repr(v))).collect::<Vec<_>>().join(", ")
         ),
@@ -230,27 +219,28 @@ fn str_repr(s: &str) -> String {
 }
 
 /// Python's `bool(v)` of a JSON value.
-pub fn py_truthy(value: &Value) -> bool {
+pub fn py_truthy(value: &Json) -> bool {
     match value {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::Number(n) => n.as_f64() != Some(0.0),
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(o) => !o.is_empty(),
+        Json::Null => false,
+        Json::Bool(b) => *b,
+        Json::Int(i) => !i.is_zero(),
+        Json::Float(x) => *x != 0.0,
+        Json::Str(s) => !s.is_empty(),
+        Json::List(a) => !a.is_empty(),
+        Json::Dict(o) => !o.is_empty(),
     }
 }
 
 /// `type(value).__name__` of the Python object `json.loads` makes.
-pub fn py_type_name(value: &Value) -> &'static str {
+pub fn py_type_name(value: &Json) -> &'static str {
     match value {
-        Value::Null => "NoneType",
-        Value::Bool(_) => "bool",
-        Value::Number(n) if n.is_f64() => "float",
-        Value::Number(_) => "int",
-        Value::String(_) => "str",
-        Value::Array(_) => "list",
-        Value::Object(_) => "dict",
+        Json::Null => "NoneType",
+        Json::Bool(_) => "bool",
+        Json::Int(_) => "int",
+        Json::Float(_) => "float",
+        Json::Str(_) => "str",
+        Json::List(_) => "list",
+        Json::Dict(_) => "dict",
     }
 }
 
@@ -284,15 +274,15 @@ mod tests {
 
     #[test]
     fn dumps_uses_python_separators_and_escapes() {
-        let v = json!({"b": [1, 2.0, null, true], "a": "é\"\\\n\u{1}\u{7f}", "c": {}});
+        let v = Json::from(json!({"b": [1, 2.0, null, true], "a": "é\"\\\n\u{1}\u{7f}", "c": {}}));
         assert_eq!(dumps(&v), "{\"b\": [1, 2.0, null, true], \"a\": \"é\\\"\\\\\\n\\u0001\u{7f}\", \"c\": {}}");
     }
 
     #[test]
     fn repr_of_values() {
-        assert_eq!(py_repr(&json!(null)), "None");
-        assert_eq!(py_repr(&json!({"a": [1, "it's", false]})), "{'a': [1, \"it's\", False]}");
-        assert_eq!(py_str(&json!("x")), "x");
-        assert_eq!(py_str(&json!(2.0)), "2.0");
+        assert_eq!(py_repr(&Json::from(json!(null))), "None");
+        assert_eq!(py_repr(&Json::from(json!({"a": [1, "it's", false]}))), "{'a': [1, \"it's\", False]}");
+        assert_eq!(py_str(&Json::from(json!("x"))), "x");
+        assert_eq!(py_str(&Json::from(json!(2.0))), "2.0");
     }
 }
