@@ -3,7 +3,7 @@
 //! fork and the batched question rows, within 1e-4.
 #![allow(deprecated)] // burn-candle is deprecated upstream from 0.21; still a supported backend here.
 
-use decider::{Decider, SystemOneRequest};
+use decider::{Answer, Decider, SystemOneRequest};
 use qwen35::Qwen35Ops;
 use serde_json::json;
 
@@ -39,14 +39,17 @@ fn check<B: Qwen35Ops>(backend: &str) {
     let decider = Decider::<B>::demo(&Default::default());
     let answers = decider.answer(&request()).unwrap();
     let expected = Decider::<burn::backend::NdArray>::demo(&Default::default()).answer(&request()).unwrap();
+    // The probabilities an answer reports (P(yes) for a noul question).
+    let probs = |a: &Answer| match a {
+        Answer::Choice { probabilities, .. } | Answer::Score { probabilities, .. } => probabilities.values().copied().collect::<Vec<_>>(),
+        Answer::Noul { noul } => vec![*noul],
+    };
     for (id, answer) in &answers.answers {
-        for key in ["choice", "noul"] {
-            assert_eq!(answer.get(key).is_some(), expected.answers[id].get(key).is_some());
-        }
-        let probs = |a: &serde_json::Value| a["probabilities"].as_object().map(|m| m.values().map(|v| v.as_f64().unwrap()).collect::<Vec<_>>());
-        if let (Some(p), Some(q)) = (probs(answer), probs(&expected.answers[id])) {
-            assert!(p.iter().zip(&q).all(|(x, y)| (x - y).abs() <= 2e-4), "{backend} {id}: {p:?} vs {q:?}");
-        }
+        let expected = &expected.answers[id];
+        assert_eq!(std::mem::discriminant(answer), std::mem::discriminant(expected), "{backend} {id}: answer types differ");
+        let (p, q) = (probs(answer), probs(expected));
+        assert_eq!(p.len(), q.len(), "{backend} {id}");
+        assert!(p.iter().zip(&q).all(|(x, y)| (x - y).abs() <= 2e-4), "{backend} {id}: {p:?} vs {q:?}");
     }
 }
 

@@ -66,8 +66,23 @@ fn all_231_items_on_the_demo_model() {
     let correct = records.iter().filter(|r| r["correct"] == true).count();
     assert_eq!(correct, summary.overall.correct);
     let html = std::fs::read_to_string(out.path().join("report.html")).unwrap();
-    assert_eq!(html.matches("<svg").count(), 3, "reliability diagram, family bars, latency histogram");
+    assert_eq!(html.matches("<svg").count(), 4, "tier bars, reliability diagram, family bars, latency histogram");
+    for title in ["Accuracy per tier", "Reliability", "Accuracy per family", "Latency per item"] {
+        assert!(html.contains(&format!(">{title}</text>")), "the chart {title} has its title");
+    }
+    assert!(html.contains("p50 ") && html.contains("p95 ") && html.contains("log scale"), "the latency chart marks p50 and p95 on a log axis");
+    let wrong = 231 - summary.overall.correct;
+    assert!(html.contains(&format!("Items answered wrongly ({wrong} of 231)")));
+    assert_eq!(html.matches("another label was more probable").count(), wrong, "one row per item answered wrongly");
     assert!(html.contains("random weights"));
+    assert!(!html.contains("model card"), "the demo model has no model card");
+    // A run of a known release shows its model card's figures beside the run's.
+    let mut known = summary;
+    known.meta["model"] = "decider-2b-v10".into();
+    let html = xtask::jevbench::report::html(&known, &[]);
+    assert!(html.contains("<th>model card (decider-2b v10)</th>") && html.contains("<td>61/72 (0.847)</td>") && html.contains("<td>51/111 (0.459)</td>"), "{html}");
+    assert!(xtask::jevbench::report::table(&known).contains("model card (decider-2b v10): easy 48/48, standard 61/72, hard 51/111"));
+    let summary = known;
     let results: Value = serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap()).unwrap();
     assert_eq!(results["attempted"], 231);
     print!("{}", xtask::jevbench::report::table(&summary));
@@ -101,7 +116,8 @@ fn endpoint_against_our_server_gives_the_in_process_answers() {
     let http_out = tempfile::tempdir().unwrap();
     let local_out = tempfile::tempdir().unwrap();
     let mut http_args = args(http_out.path(), Some(4));
-    http_args.endpoint = Some(format!("http://{addr}"));
+    // The route's full URL, as other JevBench clients take it (a base URL works too).
+    http_args.endpoint = Some(format!("http://{addr}/v1/systemone"));
     run_and_report(&http_args, &mut Http::new(http_args.endpoint.as_deref().unwrap()), Value::Null).unwrap();
     let decider = Decider::<NdArray>::demo(&Default::default());
     run_and_report(&args(local_out.path(), Some(4)), &mut InProcess(&decider), Value::Null).unwrap();

@@ -17,7 +17,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
-use decider::{AnswerType, DeciderError, Prompter, Row, WorkingMemory};
+use decider::{AnswerType, DeciderError, FormAnswers, Prompter, Row, WorkingMemory};
 use qwen35::Qwen35Ops;
 use decider::python_json::Json;
 use serde_json::{Map, Value, json};
@@ -287,7 +287,7 @@ async fn answer_systemone(state: &Arc<AppState>, body: Json, reservation: Reserv
     state.answer(rows, sizes, questions, |reply| Work::SystemOne(plan, reply)).await
 }
 
-async fn decide(State(state): State<Arc<AppState>>, JsonBody(body, reservation): JsonBody) -> Result<axum::Json<Map<String, Value>>, ApiError> {
+async fn decide(State(state): State<Arc<AppState>>, JsonBody(body, reservation): JsonBody) -> Result<axum::Json<FormAnswers>, ApiError> {
     let watch = state.watch_client();
     let answers = answer_decide(&state, body, reservation).await;
     watch.finished();
@@ -295,7 +295,7 @@ async fn decide(State(state): State<Arc<AppState>>, JsonBody(body, reservation):
 }
 
 /// `reservation` holds the body's memory until the form is planned.
-async fn answer_decide(state: &Arc<AppState>, body: Json, reservation: Reservation) -> Result<Map<String, Value>, ApiError> {
+async fn answer_decide(state: &Arc<AppState>, body: Json, reservation: Reservation) -> Result<FormAnswers, ApiError> {
     let Json::Dict(mut fields) = body else { return Err(request::not_an_object(&body)) };
     let context = match fields.get_mut("context") {
         Some(Json::Str(c)) => std::mem::take(c),
@@ -308,7 +308,7 @@ async fn answer_decide(state: &Arc<AppState>, body: Json, reservation: Reservati
     // `/v1/systemone` (an empty schema runs no row).
     let plan = state.plan(reservation, move |prompter| prompter.plan_decide(&context, Some(&schema))).await?;
     if plan.row_tokens() == 0 {
-        return Ok(Map::new());
+        return Ok(FormAnswers::new());
     }
     state.check_size(&[plan.row_tokens()])?;
     let (sizes, questions) = (state.sizes(plan.rows(), plan.heap_bytes()), plan.questions());

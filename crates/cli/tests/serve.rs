@@ -131,6 +131,12 @@ fn health_models_and_decide_routes() {
     let (status, answers) = server.post("/decide", &body.to_string());
     assert_eq!(status, 200, "{answers}");
     assert_eq!(answers.as_object().unwrap().keys().collect::<Vec<_>>(), ["Which team?", "Urgent?", "How bad?"]);
+    // Each answer's keys in the reference's order (docs/decisions.md, `POST /decide`): `type` after the value.
+    let keys = |question: &str| answers[question].as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys("Which team?"), ["choice", "confidence", "type", "probabilities"]);
+    assert_eq!(keys("Urgent?"), ["noul", "type"]);
+    assert_eq!(keys("How bad?"), ["score", "confidence", "type", "legend", "probabilities"]);
+    assert_eq!((answers["Urgent?"]["type"].as_str(), answers["How bad?"]["type"].as_str()), (Some("noul"), Some("scale")));
     assert_eq!(answers["How bad?"]["legend"], json!({"1": "mild", "5": "severe"}));
     let score = answers["How bad?"]["score"].as_f64().unwrap();
     assert!((1.0..=5.0).contains(&score), "a scale score is on the legend's own scale: {score}");

@@ -2,10 +2,56 @@
 //! renormalised in f64, summarised (`confidence`, `x_p_max`, `certainty`) and rounded as
 //! Python's `round` rounds.
 
-use serde_json::{Map, Value};
+use indexmap::IndexMap;
+use serde::Serialize;
 
 use crate::prompt::PlannedQuestion;
 use crate::question::{AnswerType, RenderedQuestion};
+
+/// One question's answer object, written as the reference writes it: `type` first, then the
+/// fields of its type in the reference's order. Values are rounded as `format_answer` rounds them.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Answer {
+    Choice {
+        /// The most probable option's name (the first on ties).
+        choice: String,
+        /// TypeSafe's confidence ([`choice_confidence`]).
+        confidence: f64,
+        /// The most probable option's probability.
+        x_p_max: f64,
+        certainty: f64,
+        /// Each option's probability, by name in option order.
+        probabilities: IndexMap<String, f64>,
+    },
+    Score {
+        /// The expected level.
+        score: f64,
+        /// TypeSafe's confidence ([`score_confidence`]).
+        confidence: f64,
+        x_p_max: f64,
+        certainty: f64,
+        /// Each level's description, by level (`"0"`, `"1"`, …).
+        legend: IndexMap<String, String>,
+        probabilities: IndexMap<String, f64>,
+        /// Levels judged in rows of their own: each level's P(yes) and their sum.
+        #[serde(flatten)]
+        isolated: Option<LevelFit>,
+    },
+    Noul {
+        /// P(yes).
+        noul: f64,
+    },
+}
+
+/// What an isolated Score reports besides its answer (`assemble`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LevelFit {
+    /// Each level's P(yes), by level.
+    pub level_fit: IndexMap<String, f64>,
+    /// Their sum (the probabilities are the fits divided by it).
+    pub fit_mass: f64,
+}
 
 /// Python's `round(x, digits)`: the double nearest the correctly rounded decimal (ties to even
 /// on the exact binary value, which is what Rust's formatting does).
@@ -13,8 +59,14 @@ pub fn py_round(x: f64, digits: usize) -> f64 {
     format!("{x:.digits$}").parse().expect("a formatted float parses")
 }
 
-fn rounded(x: f64, digits: usize) -> Value {
-    Value::from(py_round(x, digits))
+/// Probabilities rounded to 4 digits, keyed as given.
+fn rounded_by<'a>(keys: impl IntoIterator<Item = String>, p: impl IntoIterator<Item = &'a f64>) -> IndexMap<String, f64> {
+    keys.into_iter().zip(p).map(|(key, x)| (key, py_round(*x, 4))).collect()
+}
+
+/// Keys `"0"`, `"1"`, … for a Score's levels.
+fn levels(n: usize) -> impl Iterator<Item = String> {
+    (0..n).map(|i| i.to_string())
 }
 
 /// Probabilities scaled to sum 1; a zero total counts as uniform.
@@ -64,46 +116,38 @@ pub fn score_confidence(p: &[f64]) -> f64 {
 }
 
 /// `format_answer`: the answer object of one question from its option probabilities.
-pub fn format_answer(question: &RenderedQuestion, probabilities: &[f64]) -> Map<String, Value> {
+pub fn format_answer(question: &RenderedQuestion, probabilities: &[f64]) -> Answer {
     let n = question.options.len().min(probabilities.len());
     let raw = &probabilities[..n];
     let total: f64 = raw.iter().sum();
     let total = if total == 0.0 { 1.0 } else { total };
     let p: Vec<f64> = raw.iter().map(|x| x / total).collect();
     let j = argmax(&p);
-    let mut answer = Map::new();
-    answer.insert("type".into(), question.kind.as_str().into());
     match question.kind {
-        AnswerType::Noul => {
-            answer.insert("noul".into(), rounded(p[1], 4));
-        }
-        AnswerType::Choice => {
-            answer.insert("choice".into(), question.names[j].clone().into());
-            answer.insert("confidence".into(), rounded(choice_confidence(&p), 4));
-            answer.insert("x_p_max".into(), rounded(p[j], 4));
-            answer.insert("certainty".into(), rounded(certainty(&p), 4));
-            let probs = question.names.iter().zip(&p).map(|(name, x)| (name.clone(), rounded(*x, 4))).collect();
-            answer.insert("probabilities".into(), Value::Object(probs));
-        }
-        AnswerType::Score => {
-            let expected: f64 = p.iter().enumerate().map(|(i, x)| i as f64 * x).sum();
-            answer.insert("score".into(), rounded(expected, 2));
-            answer.insert("confidence".into(), rounded(score_confidence(&p), 4));
-            answer.insert("x_p_max".into(), rounded(p[j], 4));
-            answer.insert("certainty".into(), rounded(certainty(&p), 4));
-            let legend = question.legend.iter().enumerate().map(|(i, d)| (i.to_string(), Value::from(d.clone()))).collect();
-            answer.insert("legend".into(), Value::Object(legend));
-            let probs = p.iter().enumerate().map(|(i, x)| (i.to_string(), rounded(*x, 4))).collect();
-            answer.insert("probabilities".into(), Value::Object(probs));
-        }
+        AnswerType::Noul => Answer::Noul { noul: py_round(p[1], 4) },
+        AnswerType::Choice => Answer::Choice {
+            choice: question.names[j].clone(),
+            confidence: py_round(choice_confidence(&p), 4),
+            x_p_max: py_round(p[j], 4),
+            certainty: py_round(certainty(&p), 4),
+            probabilities: rounded_by(question.names.iter().cloned(), &p),
+        },
+        AnswerType::Score => Answer::Score {
+            score: py_round(p.iter().enumerate().map(|(i, x)| i as f64 * x).sum(), 2),
+            confidence: py_round(score_confidence(&p), 4),
+            x_p_max: py_round(p[j], 4),
+            certainty: py_round(certainty(&p), 4),
+            legend: levels(question.legend.len()).zip(question.legend.iter().cloned()).collect(),
+            probabilities: rounded_by(levels(p.len()), &p),
+            isolated: None,
+        },
     }
-    answer
 }
 
 /// `assemble`: every question's answer, keyed by id in request order, from the probabilities of
 /// every slot in plan order. An isolated Score combines its levels' P(yes):
 /// p = fit / Σ fit, with `level_fit` and `fit_mass` reported.
-pub fn assemble(questions: &[PlannedQuestion], slot_probabilities: &[Vec<f64>]) -> Map<String, Value> {
+pub fn assemble(questions: &[PlannedQuestion], slot_probabilities: &[Vec<f64>]) -> IndexMap<String, Answer> {
     questions
         .iter()
         .map(|q| {
@@ -114,14 +158,13 @@ pub fn assemble(questions: &[PlannedQuestion], slot_probabilities: &[Vec<f64>]) 
                 let divisor = if mass == 0.0 { 1e-9 } else { mass };
                 let p: Vec<f64> = fit.iter().map(|f| f / divisor).collect();
                 let mut answer = format_answer(&q.question, &p);
-                let level_fit = fit.iter().enumerate().map(|(i, f)| (i.to_string(), rounded(*f, 4))).collect();
-                answer.insert("level_fit".into(), Value::Object(level_fit));
-                answer.insert("fit_mass".into(), rounded(mass, 4));
+                let Answer::Score { isolated, .. } = &mut answer else { unreachable!("only Score questions have isolated levels") };
+                *isolated = Some(LevelFit { level_fit: rounded_by(levels(fit.len()), &fit), fit_mass: py_round(mass, 4) });
                 answer
             } else {
                 format_answer(&q.question, &slots[0])
             };
-            (q.id.clone(), Value::Object(answer))
+            (q.id.clone(), answer)
         })
         .collect()
 }

@@ -9,7 +9,8 @@
 //! ([`Decider::answer_decide`]) runs the one row.
 
 use qwen35::Qwen35Ops;
-use serde_json::{Map, Value};
+use indexmap::IndexMap;
+use serde::Serialize;
 
 use crate::python_json::Json;
 
@@ -25,9 +26,62 @@ use crate::tokenizer::MAX_OPTIONS;
 
 const FORM: &str = "schema: a map {question: field}, each field one of {\"type\": \"choice\", \"options\": [option strings]}, {\"type\": \"bool\"} or {\"type\": \"scale\", \"legend\": [descriptions] or {level number: description}}";
 
+/// A schema field's `type`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FieldKind {
+    Choice,
+    Bool,
+    Scale,
+}
+
+/// The `type` a `/decide` answer reports (`noul` for a bool field).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FieldAnswerType {
+    Choice,
+    Noul,
+    Scale,
+}
+
+/// One `/decide` field's answer, written as the reference writes it: `type` after the value,
+/// probabilities rounded to 4 digits, the score to 2.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum FieldAnswer {
+    Bool {
+        /// P(yes).
+        noul: f64,
+        #[serde(rename = "type")]
+        kind: FieldAnswerType,
+    },
+    Choice {
+        choice: String,
+        /// The chosen option's probability.
+        confidence: f64,
+        #[serde(rename = "type")]
+        kind: FieldAnswerType,
+        probabilities: IndexMap<String, f64>,
+    },
+    Scale {
+        /// The expected level number.
+        score: f64,
+        /// The most probable level's probability.
+        confidence: f64,
+        #[serde(rename = "type")]
+        kind: FieldAnswerType,
+        /// The legend as the request gave it.
+        legend: serde_json::Value,
+        /// By legend key, in level order.
+        probabilities: IndexMap<String, f64>,
+    },
+}
+
+/// A form's answers, by question in schema order.
+pub type FormAnswers = IndexMap<String, FieldAnswer>;
+
 /// One schema field, ready for the prompt.
 struct Field {
-    kind: &'static str,
+    kind: FieldKind,
     /// Option texts shown to the model (neutralised where the config asks).
     shown: Vec<String>,
     /// Names reported back (the options as given).
@@ -83,11 +137,11 @@ fn fields(schema: Option<&Json>, neutralize_none: bool) -> Result<Vec<(String, F
                 };
                 let options: Vec<String> = options.into_iter().take(MAX_OPTIONS).collect();
                 let shown = options.iter().map(|o| if neutralize_none { neutralize(o) } else { o.clone() }).collect();
-                Field { kind: "choice", shown, names: options, keys: vec![], key_names: vec![], legend: Json::Null }
+                Field { kind: FieldKind::Choice, shown, names: options, keys: vec![], key_names: vec![], legend: Json::Null }
             }
             Some("bool") => {
                 let options = vec!["no".to_string(), "yes".to_string()];
-                Field { kind: "bool", shown: options.clone(), names: options, keys: vec![], key_names: vec![], legend: Json::Null }
+                Field { kind: FieldKind::Bool, shown: options.clone(), names: options, keys: vec![], key_names: vec![], legend: Json::Null }
             }
             Some("scale") => {
                 let legend = spec.get("legend");
@@ -110,7 +164,7 @@ fn fields(schema: Option<&Json>, neutralize_none: bool) -> Result<Vec<(String, F
                 };
                 let shown: Vec<String> = key_names.iter().zip(&descriptions).take(MAX_OPTIONS).map(|(k, d)| format!("{k}: {}", py_str(d))).collect();
                 let legend = legend.cloned().unwrap_or(Json::Null);
-                Field { kind: "scale", names: shown.clone(), shown, keys, key_names, legend }
+                Field { kind: FieldKind::Scale, names: shown.clone(), shown, keys, key_names, legend }
             }
             _ => return Err(invalid(format!("unknown field type {}", py_str(&kind)))),
         };
@@ -131,9 +185,9 @@ impl Prompter {
             .iter()
             .map(|(q, f)| {
                 let kind = match f.kind {
-                    "bool" => AnswerType::Noul,
-                    "scale" => AnswerType::Score,
-                    _ => AnswerType::Choice,
+                    FieldKind::Bool => AnswerType::Noul,
+                    FieldKind::Scale => AnswerType::Score,
+                    FieldKind::Choice => AnswerType::Choice,
                 };
                 (q.clone(), f.shown.clone(), kind)
             })
@@ -145,12 +199,12 @@ impl Prompter {
 
 impl<B: Qwen35Ops> Decider<B> {
     /// Answers the `/decide` form; an empty schema answers `{}` without running the model.
-    pub fn decide_json(&self, context: &str, schema: Option<&Json>) -> Result<Map<String, Value>, DeciderError> {
+    pub fn decide_json(&self, context: &str, schema: Option<&Json>) -> Result<FormAnswers, DeciderError> {
         self.answer_decide(&self.prompter().plan_decide(context, schema)?)
     }
 
     /// Answers a planned `/decide` form.
-    pub fn answer_decide(&self, plan: &DecidePlan) -> Result<Map<String, Value>, DeciderError> {
+    pub fn answer_decide(&self, plan: &DecidePlan) -> Result<FormAnswers, DeciderError> {
         Ok(plan.answers(&self.slot_probabilities(plan.rows())?))
     }
 }
@@ -175,36 +229,30 @@ impl DecidePlan {
     }
 
     /// The form's answers from the probabilities of its row's slots.
-    pub fn answers(&self, slot_probabilities: &[Vec<f64>]) -> Map<String, Value> {
+    pub fn answers(&self, slot_probabilities: &[Vec<f64>]) -> FormAnswers {
+        let rounded = |names: &[String], p: &[f64]| names.iter().zip(p).map(|(n, x)| (n.clone(), py_round(*x, 4))).collect();
         self.fields
             .iter()
             .zip(slot_probabilities)
             .map(|((question, field), p)| {
                 let j = argmax(p);
-                let mut answer = Map::new();
-                match field.kind {
-                    "bool" => {
-                        answer.insert("noul".into(), py_round(p[1], 4).into());
-                        answer.insert("type".into(), "noul".into());
-                    }
-                    "choice" => {
-                        answer.insert("choice".into(), field.names[j].clone().into());
-                        answer.insert("confidence".into(), py_round(p[j], 4).into());
-                        answer.insert("type".into(), "choice".into());
-                        let probs = field.names.iter().zip(p).map(|(n, x)| (n.clone(), py_round(*x, 4).into())).collect();
-                        answer.insert("probabilities".into(), Value::Object(probs));
-                    }
-                    _ => {
-                        let score: f64 = field.keys.iter().zip(p).map(|(k, x)| k * x).sum();
-                        answer.insert("score".into(), py_round(score, 2).into());
-                        answer.insert("confidence".into(), py_round(p[j], 4).into());
-                        answer.insert("type".into(), "scale".into());
-                        answer.insert("legend".into(), field.legend.to_serde());
-                        let probs = field.key_names.iter().zip(p).map(|(k, x)| (k.clone(), py_round(*x, 4).into())).collect();
-                        answer.insert("probabilities".into(), Value::Object(probs));
-                    }
-                }
-                (question.clone(), Value::Object(answer))
+                let answer = match field.kind {
+                    FieldKind::Bool => FieldAnswer::Bool { noul: py_round(p[1], 4), kind: FieldAnswerType::Noul },
+                    FieldKind::Choice => FieldAnswer::Choice {
+                        choice: field.names[j].clone(),
+                        confidence: py_round(p[j], 4),
+                        kind: FieldAnswerType::Choice,
+                        probabilities: rounded(&field.names, p),
+                    },
+                    FieldKind::Scale => FieldAnswer::Scale {
+                        score: py_round(field.keys.iter().zip(p).map(|(k, x)| k * x).sum(), 2),
+                        confidence: py_round(p[j], 4),
+                        kind: FieldAnswerType::Scale,
+                        legend: field.legend.to_serde(),
+                        probabilities: rounded(&field.key_names, p),
+                    },
+                };
+                (question.clone(), answer)
             })
             .collect()
     }

@@ -8,8 +8,6 @@ use std::path::Path;
 use burn::tensor::{Int, Tensor, TensorData};
 use qwen35::{Qwen35Ops, WeightFormat};
 use qwen35::Qwen35Model;
-use serde_json::Value;
-
 use crate::python_json::Json;
 
 use crate::answer::{assemble, argmax};
@@ -178,7 +176,7 @@ impl<B: Qwen35Ops> Decider<B> {
             .zip(probabilities)
             .map(|(q, p)| {
                 let j = argmax(&p);
-                let probs = q.options.iter().zip(&p).map(|(o, x)| (o.clone(), Value::from(*x))).collect();
+                let probs = q.options.iter().cloned().zip(p.iter().copied()).collect();
                 DecideAnswer { choice: (p[j] >= abstain_below).then(|| q.options[j].clone()), confidence: p[j], probs, probs_list: p }
             })
             .collect())

@@ -18,7 +18,9 @@ pub mod tokenizer;
 pub mod wire;
 pub mod working_memory;
 
+pub use answer::{Answer, LevelFit};
 pub use config::DeciderConfig;
+pub use decide_form::{FieldAnswer, FormAnswers};
 pub use engine::Decider;
 pub use prompter::{DECIDE_MAX_CONTEXT_TOKENS, Prompter};
 pub use wire::{DecideAnswer, DecideQuestion, SystemOneRequest, SystemOneResponse, Usage};

@@ -2,8 +2,9 @@
 //! 1.10.0's `/v1/systemone` body and response, `Decider.decide`'s questions and answers).
 
 use serde::Serialize;
-use serde_json::{Map, Value};
+use indexmap::IndexMap;
 
+use crate::answer::Answer;
 use crate::python_json::{Json, JsonMap};
 
 /// A `/v1/systemone` request (decider-ai 1.10.0's `/v1/systemone` body).
@@ -31,7 +32,8 @@ impl SystemOneRequest {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SystemOneResponse {
     pub model: String,
-    pub answers: Map<String, Value>,
+    /// Each question's answer, by id in request order.
+    pub answers: IndexMap<String, Answer>,
     pub usage: Usage,
 }
 
@@ -56,6 +58,7 @@ pub struct DecideAnswer {
     pub choice: Option<String>,
     /// Its probability (p_max, not TypeSafe's confidence).
     pub confidence: f64,
-    pub probs: Map<String, Value>,
+    /// Each option's probability, by option.
+    pub probs: IndexMap<String, f64>,
     pub probs_list: Vec<f64>,
 }

@@ -60,16 +60,23 @@ impl<B: Qwen35Ops> Endpoint for InProcess<'_, B> {
     }
 }
 
-/// A `/v1/systemone` server: `POST {base}/v1/systemone`, 120 s timeout, no retries.
+/// A `/v1/systemone` server, 120 s timeout, no retries.
 pub struct Http {
     agent: ureq::Agent,
     url: String,
 }
 
+/// The route's URL from what a user gives: the server's address (`http://host:8000`) or, as
+/// other JevBench clients take it, the route's full URL (`http://host:8000/v1/systemone`).
+pub fn systemone_url(endpoint: &str) -> String {
+    let endpoint = endpoint.trim_end_matches('/');
+    if endpoint.ends_with("/v1/systemone") { endpoint.to_string() } else { format!("{endpoint}/v1/systemone") }
+}
+
 impl Http {
-    pub fn new(base: &str) -> Self {
+    pub fn new(endpoint: &str) -> Self {
         let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(120)).build();
-        Self { agent, url: format!("{}/v1/systemone", base.trim_end_matches('/')) }
+        Self { agent, url: systemone_url(endpoint) }
     }
 }
 
@@ -80,5 +87,18 @@ impl Endpoint for Http {
             Err(ureq::Error::Status(code, response)) => Err(Failure::Status(code, response.into_string().unwrap_or_default())),
             Err(e) => Err(Failure::Transport(e.to_string())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::systemone_url;
+
+    #[test]
+    fn an_endpoint_is_a_base_url_or_the_routes_full_url() {
+        for endpoint in ["http://127.0.0.1:8000", "http://127.0.0.1:8000/", "http://127.0.0.1:8000/v1/systemone", "http://127.0.0.1:8000/v1/systemone/"] {
+            assert_eq!(systemone_url(endpoint), "http://127.0.0.1:8000/v1/systemone", "{endpoint}");
+        }
+        assert_eq!(systemone_url("https://host/prefix"), "https://host/prefix/v1/systemone");
     }
 }

@@ -4,6 +4,7 @@
 pub mod client;
 pub mod items;
 pub mod metrics;
+pub mod model_card;
 pub mod record;
 pub mod report;
 pub mod runner;
@@ -34,7 +35,8 @@ pub struct JevbenchArgs {
     /// Tiers to run, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "easy,standard,hard")]
     pub tiers: Vec<String>,
-    /// Base URL of a /v1/systemone server (ours or another) instead of the model in-process.
+    /// A /v1/systemone server (ours or another) instead of the model in-process: its base URL
+    /// (`http://127.0.0.1:8000`) or the route's full URL (`…/v1/systemone`).
     #[arg(long)]
     pub endpoint: Option<String>,
     /// The `model` field sent with every request.

@@ -1,9 +1,12 @@
 //! What a person reads: a terminal table per tier and family, and a self-contained
-//! `report.html` with SVG charts (reliability diagram, per-family accuracy, latency histogram).
+//! `report.html` with SVG charts (accuracy per tier, reliability diagram, per-family accuracy,
+//! latency histogram), the model card's figures beside the run's for a known release, and the
+//! items answered wrongly.
 
 use std::fmt::Write;
 
 use super::metrics::{EceBin, Metrics};
+use super::model_card::{ModelCard, card_for};
 use super::record::Record;
 use super::summary::Summary;
 
@@ -49,6 +52,10 @@ pub fn table(summary: &Summary) -> String {
         ms(o.latency_p50_s),
         ms(o.latency_p95_s)
     );
+    if let Some(card) = summary.meta["model"].as_str().and_then(card_for) {
+        let published: Vec<String> = summary.tiers.iter().filter_map(|t| Some(format!("{} {}/{}", t.tier, card.correct_in(t.tier)?, t.items))).collect();
+        let _ = writeln!(out, "model card ({}): {}", card.model, published.join(", "));
+    }
     let _ = writeln!(out, "\n{:<18} {:>9} {:>9}", "family", "correct", "accuracy");
     for (family, m) in &summary.families {
         let _ = writeln!(out, "{:<18} {:>9} {:>9.3}", family, format!("{}/{}", m.correct, m.n), m.accuracy);
@@ -66,41 +73,73 @@ fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
-/// Reliability diagram: accuracy against mean confidence per bin, bar width by count.
+/// An SVG of `w`×`h` with the chart's title on its first line (plots start at `TOP`).
+fn chart(w: f64, h: f64, title: &str) -> String {
+    let mut svg = format!(r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" aria-label="{}">"#, escape(title));
+    let _ = write!(svg, r##"<text x="{}" y="16" font-size="13" font-weight="bold" text-anchor="middle">{}</text>"##, w / 2.0, escape(title));
+    svg
+}
+
+/// Where a chart's plot area starts, below its title.
+const TOP: f64 = 30.0;
+
+/// Reliability diagram: accuracy against mean confidence per bin, with each bin's item count.
 fn reliability_svg(bins: &[EceBin]) -> String {
-    let (w, h, pad) = (360.0, 300.0, 40.0);
+    let (w, h, pad) = (360.0, 320.0, 40.0);
     let x = |v: f64| pad + v * (w - 2.0 * pad);
-    let y = |v: f64| h - pad - v * (h - 2.0 * pad);
-    let mut svg = format!(r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" aria-label="reliability diagram">"#);
+    let y = |v: f64| h - pad - v * (h - pad - TOP - 14.0);
+    let mut svg = chart(w, h, "Reliability");
     let _ = write!(svg, r##"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#999" stroke-dasharray="4"/>"##, x(0.0), y(0.0), x(1.0), y(1.0));
-    for b in bins {
+    for b in bins.iter().filter(|b| b.n > 0) {
         let (x0, x1) = (x(b.lower) + 1.0, x(b.upper) - 1.0);
         let _ = write!(svg, r##"<rect x="{x0:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="#4c78a8"><title>{:.1}-{:.1}: {} items, accuracy {:.3}, confidence {:.3}</title></rect>"##,
             y(b.accuracy), x1 - x0, y(0.0) - y(b.accuracy), b.lower, b.upper, b.n, b.accuracy, b.confidence);
+        let _ = write!(svg, r##"<text x="{:.1}" y="{:.1}" font-size="9" text-anchor="middle">{}</text>"##, (x0 + x1) / 2.0, y(b.accuracy) - 4.0, b.n);
         let _ = write!(svg, r##"<circle cx="{:.1}" cy="{:.1}" r="3" fill="#e45756"/>"##, x(b.confidence), y(b.accuracy));
     }
-    axes(&mut svg, w, h, pad, "confidence (top label)", "accuracy");
+    let _ = write!(svg, r##"<line x1="{pad}" y1="{}" x2="{}" y2="{}" stroke="#333"/><line x1="{pad}" y1="{}" x2="{pad}" y2="{}" stroke="#333"/>"##, y(0.0), w - pad, y(0.0), y(1.0), y(0.0));
+    for t in [0.0, 0.5, 1.0] {
+        let _ = write!(svg, r##"<text x="{:.1}" y="{}" font-size="10" text-anchor="middle">{t}</text>"##, x(t), h - pad + 14.0);
+        let _ = write!(svg, r##"<text x="{}" y="{:.1}" font-size="10" text-anchor="end">{t}</text>"##, pad - 4.0, y(t) + 3.0);
+    }
+    let _ = write!(svg, r##"<text x="{}" y="{}" font-size="11" text-anchor="middle">confidence (top label); item count above each bin</text>"##, w / 2.0, h - 6.0);
+    let _ = write!(svg, r##"<text x="12" y="{}" font-size="11" text-anchor="middle" transform="rotate(-90 12 {})">accuracy</text>"##, h / 2.0, h / 2.0);
     svg.push_str("</svg>");
     svg
 }
 
-fn axes(svg: &mut String, w: f64, h: f64, pad: f64, x_label: &str, y_label: &str) {
-    let _ = write!(svg, r##"<line x1="{pad}" y1="{}" x2="{}" y2="{}" stroke="#333"/><line x1="{pad}" y1="{pad}" x2="{pad}" y2="{}" stroke="#333"/>"##, h - pad, w - pad, h - pad, h - pad);
-    for t in [0.0, 0.5, 1.0] {
-        let _ = write!(svg, r##"<text x="{:.1}" y="{}" font-size="10" text-anchor="middle">{t}</text>"##, pad + t * (w - 2.0 * pad), h - pad + 14.0);
-        let _ = write!(svg, r##"<text x="{}" y="{:.1}" font-size="10" text-anchor="end">{t}</text>"##, pad - 4.0, h - pad - t * (h - 2.0 * pad) + 3.0);
+/// Accuracy per tier against the board's chance level, with the model card's figure where the
+/// model is a known release.
+fn tiers_svg(summary: &Summary, card: Option<&ModelCard>) -> String {
+    let (w, h, pad) = (360.0, 320.0, 40.0);
+    let y = |v: f64| h - pad - v * (h - pad - TOP - 14.0);
+    let slot = (w - 2.0 * pad) / summary.tiers.len().max(1) as f64;
+    let mut svg = chart(w, h, "Accuracy per tier");
+    for (i, t) in summary.tiers.iter().enumerate() {
+        let (x0, x1) = (pad + i as f64 * slot + 10.0, pad + (i + 1) as f64 * slot - 10.0);
+        let _ = write!(svg, r##"<rect x="{x0:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="#72b7b2"/>"##, y(t.accuracy), x1 - x0, y(0.0) - y(t.accuracy));
+        let _ = write!(svg, r##"<text x="{:.1}" y="{:.1}" font-size="10" text-anchor="middle">{}/{}</text>"##, (x0 + x1) / 2.0, y(t.accuracy) - 4.0, t.correct, t.items);
+        let _ = write!(svg, r##"<line x1="{x0:.1}" y1="{:.1}" x2="{x1:.1}" y2="{:.1}" stroke="#333" stroke-dasharray="3"><title>chance {:.3}</title></line>"##, y(t.chance_board), y(t.chance_board), t.chance_board);
+        if let Some(published) = card.and_then(|c| c.correct_in(t.tier)) {
+            let accuracy = published as f64 / t.items as f64;
+            let _ = write!(svg, r##"<line x1="{x0:.1}" y1="{:.1}" x2="{x1:.1}" y2="{:.1}" stroke="#e45756" stroke-width="3"><title>model card {published}/{}</title></line>"##, y(accuracy), y(accuracy), t.items);
+        }
+        let _ = write!(svg, r##"<text x="{:.1}" y="{}" font-size="11" text-anchor="middle">{}</text>"##, (x0 + x1) / 2.0, h - pad + 14.0, t.tier);
     }
-    let _ = write!(svg, r##"<text x="{}" y="{}" font-size="11" text-anchor="middle">{x_label}</text>"##, w / 2.0, h - 6.0);
-    let _ = write!(svg, r##"<text x="12" y="{}" font-size="11" text-anchor="middle" transform="rotate(-90 12 {})">{y_label}</text>"##, h / 2.0, h / 2.0);
+    let _ = write!(svg, r##"<line x1="{pad}" y1="{}" x2="{}" y2="{}" stroke="#333"/>"##, y(0.0), w - pad, y(0.0));
+    let legend = if card.is_some() { "dashed: chance; red: model card" } else { "dashed: the board's chance level" };
+    let _ = write!(svg, r##"<text x="{}" y="{}" font-size="11" text-anchor="middle">{legend}</text>"##, w / 2.0, h - 6.0);
+    svg.push_str("</svg>");
+    svg
 }
 
 /// Horizontal bars of accuracy per family.
 fn families_svg(families: &[(String, &Metrics)]) -> String {
     let (w, row, left) = (560.0, 20.0, 140.0);
-    let h = row * families.len() as f64 + 30.0;
-    let mut svg = format!(r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" aria-label="accuracy per family">"#);
+    let h = row * families.len() as f64 + TOP + 10.0;
+    let mut svg = chart(w, h, "Accuracy per family");
     for (i, (family, m)) in families.iter().enumerate() {
-        let y = 10.0 + i as f64 * row;
+        let y = TOP + i as f64 * row;
         let width = m.accuracy * (w - left - 80.0);
         let _ = write!(svg, r##"<text x="{}" y="{:.1}" font-size="11" text-anchor="end">{}</text>"##, left - 6.0, y + 13.0, escape(family));
         let _ = write!(svg, r##"<rect x="{left}" y="{y:.1}" width="{width:.1}" height="{}" fill="#54a24b"/>"##, row - 4.0);
@@ -110,28 +149,77 @@ fn families_svg(families: &[(String, &Metrics)]) -> String {
     svg
 }
 
-/// Histogram of per-item latency in 20 equal bins.
-fn latency_svg(records: &[Record]) -> String {
-    let (w, h, pad) = (560.0, 220.0, 40.0);
-    let values: Vec<f64> = records.iter().map(|r| r.latency_s * 1000.0).collect();
-    let max = values.iter().cloned().fold(0.0, f64::max).max(1e-9);
-    let mut counts = [0usize; 20];
+/// `ms` milliseconds as a tick label.
+fn duration_label(ms: f64) -> String {
+    if ms >= 1000.0 { format!("{} s", ms / 1000.0) } else { format!("{ms} ms") }
+}
+
+/// Histogram of per-item latency in 24 bins of equal width on a log axis (latencies span
+/// decades: a short state against a 32k-token one), with p50 and p95 marked.
+fn latency_svg(records: &[Record], p50_s: Option<f64>, p95_s: Option<f64>) -> String {
+    const BINS: usize = 24;
+    let (w, h, pad) = (560.0, 240.0, 40.0);
+    let mut svg = chart(w, h, "Latency per item");
+    let values: Vec<f64> = records.iter().map(|r| r.latency_s * 1000.0).filter(|&v| v > 0.0).collect();
+    if values.is_empty() {
+        svg.push_str(r##"<text x="280" y="120" font-size="11" text-anchor="middle">no items</text></svg>"##);
+        return svg;
+    }
+    let lowest = values.iter().cloned().fold(f64::INFINITY, f64::min).log10().floor();
+    let highest = values.iter().cloned().fold(0.0, f64::max).log10().ceil().max(lowest + 1.0);
+    let x = |ms: f64| pad + (ms.log10() - lowest) / (highest - lowest) * (w - 2.0 * pad);
+    let mut counts = [0usize; BINS];
     for v in &values {
-        counts[((v / max * 20.0) as usize).min(19)] += 1;
+        counts[(((v.log10() - lowest) / (highest - lowest) * BINS as f64) as usize).min(BINS - 1)] += 1;
     }
     let top = *counts.iter().max().unwrap_or(&1) as f64;
-    let mut svg = format!(r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" aria-label="latency histogram">"#);
-    let bar = (w - 2.0 * pad) / 20.0;
-    for (i, &c) in counts.iter().enumerate() {
-        let height = c as f64 / top.max(1.0) * (h - 2.0 * pad);
+    let bar = (w - 2.0 * pad) / BINS as f64;
+    let bin_ms = |i: usize| 10f64.powf(lowest + (highest - lowest) * i as f64 / BINS as f64);
+    for (i, &c) in counts.iter().enumerate().filter(|(_, c)| **c > 0) {
+        let height = c as f64 / top * (h - pad - TOP - 20.0);
         let _ = write!(svg, r##"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{height:.1}" fill="#f58518"><title>{:.0}-{:.0} ms: {c} items</title></rect>"##,
-            pad + i as f64 * bar + 1.0, h - pad - height, bar - 2.0, max * i as f64 / 20.0, max * (i + 1) as f64 / 20.0);
+            pad + i as f64 * bar + 1.0, h - pad - height, bar - 2.0, bin_ms(i), bin_ms(i + 1));
     }
     let _ = write!(svg, r##"<line x1="{pad}" y1="{}" x2="{}" y2="{}" stroke="#333"/>"##, h - pad, w - pad, h - pad);
-    let _ = write!(svg, r##"<text x="{pad}" y="{}" font-size="10">0 ms</text><text x="{}" y="{}" font-size="10" text-anchor="end">{max:.0} ms</text>"##, h - pad + 14.0, w - pad, h - pad + 14.0);
-    let _ = write!(svg, r##"<text x="{}" y="{}" font-size="11" text-anchor="middle">latency per item (ms), {} items; tallest bar {top} items</text>"##, w / 2.0, h - 6.0, values.len());
+    for decade in lowest as i32..=highest as i32 {
+        let ms = 10f64.powi(decade);
+        let _ = write!(svg, r##"<text x="{:.1}" y="{}" font-size="10" text-anchor="middle">{}</text>"##, x(ms), h - pad + 14.0, duration_label(ms));
+    }
+    for (name, seconds) in [("p50", p50_s), ("p95", p95_s)] {
+        let Some(ms) = seconds.map(|s| s * 1000.0).filter(|&ms| ms > 0.0) else { continue };
+        let _ = write!(svg, r##"<line x1="{0:.1}" y1="{1}" x2="{0:.1}" y2="{2}" stroke="#333" stroke-dasharray="4"/><text x="{0:.1}" y="{3}" font-size="10" text-anchor="middle">{name} {ms:.0} ms</text>"##, x(ms), TOP + 12.0, h - pad, TOP + 8.0);
+    }
+    let _ = write!(svg, r##"<text x="{}" y="{}" font-size="11" text-anchor="middle">latency (log scale), {} items; tallest bar {top} items</text>"##, w / 2.0, h - 6.0, values.len());
     svg.push_str("</svg>");
     svg
+}
+
+/// The items answered wrongly: what was expected, what was answered and with what probability.
+fn wrong_items(records: &[Record]) -> String {
+    let wrong: Vec<&Record> = records.iter().filter(|r| !r.correct).collect();
+    let mut out = format!("<h2>Items answered wrongly ({} of {})</h2>\n", wrong.len(), records.len());
+    if wrong.is_empty() {
+        return out;
+    }
+    out.push_str("<table><tr><th>item</th><th>tier</th><th>family</th><th>expected</th><th>p(expected)</th><th>answered</th><th>p(answered)</th><th>why</th></tr>\n");
+    let p = |r: &Record, label: Option<&str>| opt(label.and_then(|l| r.probs.as_ref()?.get(l)?.as_f64()), 3);
+    for r in wrong {
+        let why = r.error.clone().unwrap_or_else(|| if r.valid { "another label was more probable".into() } else { "invalid distribution".into() });
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td style=\"text-align:left;white-space:normal\">{}</td></tr>",
+            escape(&r.task_id),
+            r.tier,
+            escape(&r.family),
+            escape(&r.expected),
+            p(r, Some(&r.expected)),
+            escape(r.predicted.as_deref().unwrap_or("-")),
+            p(r, r.predicted.as_deref()),
+            escape(&why)
+        );
+    }
+    out.push_str("</table>\n");
+    out
 }
 
 /// The self-contained HTML report.
@@ -139,6 +227,7 @@ pub fn html(summary: &Summary, records: &[Record]) -> String {
     let meta = &summary.meta;
     let families: Vec<(String, &Metrics)> = summary.families.iter().map(|(f, m)| (f.clone(), m)).collect();
     let random = meta["random_weights"].as_bool() == Some(true);
+    let card = card_for(meta["model"].as_str().unwrap_or(""));
     let mut out = String::from("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>JevBench public items</title><style>body{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;color:#222}table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right;white-space:nowrap}th:first-child,td:first-child{text-align:left}.warn{background:#fff3cd;border:1px solid #e0c060;padding:8px}.charts{display:flex;flex-wrap:wrap;gap:24px}figure{margin:0}figcaption{font-size:13px;color:#555}pre{font-size:12px}</style></head><body>\n");
     let _ = writeln!(out, "<h1>JevBench public items: {}</h1>", escape(meta["model"].as_str().unwrap_or("?")));
     let _ = writeln!(out, "<p>backend <b>{}</b>, {} &middot; {} &middot; decider {} &middot; burn {}</p>", escape(meta["backend"].as_str().unwrap_or("?")), escape(meta["source"].as_str().unwrap_or("")), escape(meta["date"].as_str().unwrap_or("")), escape(meta["versions"]["decider"].as_str().unwrap_or("")), escape(meta["versions"]["burn"].as_str().unwrap_or("")));
@@ -148,19 +237,28 @@ pub fn html(summary: &Summary, records: &[Record]) -> String {
     if let Some(reason) = &summary.stopped_early {
         let _ = writeln!(out, "<p class=\"warn\">Stopped early: {}; {} of {} items attempted.</p>", escape(reason), summary.attempted, summary.selected);
     }
-    out.push_str("<table><tr><th>tier</th><th>correct</th><th>accuracy</th><th>I (public only)</th><th>chance (board / public)</th><th>Brier</th><th>ECE</th><th>strict valid</th><th>p50</th><th>p95</th></tr>\n");
+    let card_header = card.map_or_else(String::new, |c| format!("<th>model card ({})</th>", escape(c.model)));
+    let _ = writeln!(out, "<table><tr><th>tier</th><th>correct</th><th>accuracy</th>{card_header}<th>I (public only)</th><th>chance (board / public)</th><th>Brier</th><th>ECE</th><th>strict valid</th><th>p50</th><th>p95</th></tr>");
     for t in &summary.tiers {
         let (name, m) = (t.tier, &t.metrics);
-        let _ = writeln!(out, "<tr><td>{name}</td><td>{}/{}</td><td>{:.3}</td><td>{:.1}</td><td>{:.3} / {:.3}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{}</td><td>{}</td></tr>", t.correct, t.items, t.accuracy, t.intelligence, t.chance_board, t.chance_public, opt(m.brier, 3), opt(m.ece, 3), m.schema_validity_strict, ms(m.latency_p50_s), ms(m.latency_p95_s));
+        let published = card.map_or_else(String::new, |c| match c.correct_in(name) {
+            Some(k) => format!("<td>{k}/{} ({:.3})</td>", t.items, k as f64 / t.items as f64),
+            None => "<td>-</td>".into(),
+        });
+        let _ = writeln!(out, "<tr><td>{name}</td><td>{}/{}</td><td>{:.3}</td>{published}<td>{:.1}</td><td>{:.3} / {:.3}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{}</td><td>{}</td></tr>", t.correct, t.items, t.accuracy, t.intelligence, t.chance_board, t.chance_public, opt(m.brier, 3), opt(m.ece, 3), m.schema_validity_strict, ms(m.latency_p50_s), ms(m.latency_p95_s));
     }
     let o = &summary.overall;
-    let _ = writeln!(out, "<tr><th>overall</th><th>{}/{}</th><th>{:.3}</th><th>{}</th><th></th><th>{}</th><th>{}</th><th>{:.3}</th><th>{}</th><th>{}</th></tr></table>", o.correct, summary.selected, o.correct as f64 / summary.selected.max(1) as f64, opt(summary.intelligence_public_only.weighted, 1), opt(o.brier, 3), opt(o.ece, 3), o.schema_validity_strict, ms(o.latency_p50_s), ms(o.latency_p95_s));
+    let card_cell = if card.is_some() { "<th></th>" } else { "" };
+    let _ = writeln!(out, "<tr><th>overall</th><th>{}/{}</th><th>{:.3}</th>{card_cell}<th>{}</th><th></th><th>{}</th><th>{}</th><th>{:.3}</th><th>{}</th><th>{}</th></tr></table>", o.correct, summary.selected, o.correct as f64 / summary.selected.max(1) as f64, opt(summary.intelligence_public_only.weighted, 1), opt(o.brier, 3), opt(o.ece, 3), o.schema_validity_strict, ms(o.latency_p50_s), ms(o.latency_p95_s));
     let _ = writeln!(out, "<p>Paraphrase agreement over the standard tier's {} pairs: {}. Ordinal MAE (score items): {}. Macro accuracy over families: {:.3}.</p>", summary.paraphrase.pairs, opt(summary.paraphrase.agreement, 3), opt(o.ordinal_mae, 3), summary.macro_accuracy);
     out.push_str("<div class=\"charts\">\n");
-    let _ = writeln!(out, "<figure>{}<figcaption>Reliability: accuracy per confidence bin (bars), mean confidence (dots); ECE {}.</figcaption></figure>", reliability_svg(&o.ece_bins), opt(o.ece, 3));
+    let _ = writeln!(out, "<figure>{}<figcaption>Correct items per tier (bars) against the board's chance level{}.</figcaption></figure>", tiers_svg(summary, card), if card.is_some() { " and the model card's figure" } else { "" });
+    let _ = writeln!(out, "<figure>{}<figcaption>Accuracy per confidence bin (bars, item count above), mean confidence (dots); ECE {}.</figcaption></figure>", reliability_svg(&o.ece_bins), opt(o.ece, 3));
     let _ = writeln!(out, "<figure>{}<figcaption>Accuracy per family.</figcaption></figure>", families_svg(&families));
-    let _ = writeln!(out, "<figure>{}<figcaption>Latency per item, serial, caller's wall time.</figcaption></figure>", latency_svg(records));
-    out.push_str("</div>\n<h2>What these numbers are</h2><ul>\n");
+    let _ = writeln!(out, "<figure>{}<figcaption>Latency per item, serial, caller's wall time.</figcaption></figure>", latency_svg(records, o.latency_p50_s, o.latency_p95_s));
+    out.push_str("</div>\n");
+    out.push_str(&wrong_items(records));
+    out.push_str("<h2>What these numbers are</h2><ul>\n");
     for note in &summary.notes {
         let _ = writeln!(out, "<li>{}</li>", escape(note));
     }

@@ -14,9 +14,8 @@ use std::sync::mpsc;
 
 use decider::batch::{MAX_BATCH_ROWS, MAX_BATCH_TOKENS};
 use decider::decide_form::DecidePlan;
-use decider::{Decider, DeciderError, Plan, Row, SystemOneResponse};
+use decider::{Decider, DeciderError, FormAnswers, Plan, Row, SystemOneResponse};
 use qwen35::Qwen35Ops;
-use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 
 use super::memory::{MemoryBudget, Reservation};
@@ -53,7 +52,7 @@ impl Drop for Admission {
 /// What the model thread runs, and where the answer goes.
 pub(super) enum Work {
     SystemOne(Plan, oneshot::Sender<Result<SystemOneResponse, DeciderError>>),
-    Decide(DecidePlan, oneshot::Sender<Result<Map<String, Value>, DeciderError>>),
+    Decide(DecidePlan, oneshot::Sender<Result<FormAnswers, DeciderError>>),
 }
 
 impl Work {
