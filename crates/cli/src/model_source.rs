@@ -4,7 +4,7 @@
 //! a Hugging Face Hub id such as `Mapika/decider-2b` (downloaded into the Hub cache on first use,
 //! feature `hub`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use anyhow::Context;
@@ -79,13 +79,14 @@ impl ModelSource {
             Self::Folder(dir) => dir.clone(),
             Self::Hub(id) => hub::download(id, false)?,
         };
+        check_folder(&dir, &[Part::Tokenizer])?;
         Prompter::from_dir(&dir).with_context(|| format!("reading the tokenizer and decider_config.json in {}", dir.display()))
     }
 
     /// The whole model on backend `B`, its projections and experts in `weights`.
     pub fn load<B: Qwen35Ops>(&self, weights: WeightFormat, device: &B::Device) -> anyhow::Result<Decider<B>> {
         let dir = match self.weights()? {
-            Weights::Folder(dir) => dir,
+            Weights::Folder(dir) => check_folder(&dir, &[Part::Network, Part::Tokenizer]).map(|()| dir)?,
             Weights::Random(config) => {
                 return Ok(Decider::new(demo::random_model(&config, weights, device), Prompter::demo(), device, self.to_string())?);
             }
@@ -96,7 +97,7 @@ impl ModelSource {
     /// The network alone (no tokenizer or decider config), for `decider forward`.
     pub fn network<B: Qwen35Ops>(&self, weights: WeightFormat, device: &B::Device) -> anyhow::Result<(Qwen35Config, Qwen35Model<B>)> {
         let dir = match self.weights()? {
-            Weights::Folder(dir) => dir,
+            Weights::Folder(dir) => check_folder(&dir, &[Part::Network]).map(|()| dir)?,
             Weights::Random(config) => {
                 let model = demo::random_model(&config, weights, device);
                 return Ok((config, model));
@@ -118,6 +119,38 @@ impl ModelSource {
     /// Whether answers come from random weights (`demo`, `random:CONFIG`).
     pub fn is_random(&self) -> bool {
         matches!(self, Self::Demo | Self::Random(_))
+    }
+}
+
+/// What a command reads from a model folder.
+#[derive(Clone, Copy, PartialEq)]
+enum Part {
+    /// `config.json` and the weights.
+    Network,
+    /// `tokenizer.json` (`decider_config.json` is optional: a base model has none).
+    Tokenizer,
+}
+
+/// Every file `parts` need that `dir` lacks, named in one error, so a wrong folder is told
+/// at once rather than one missing file per try.
+fn check_folder(dir: &Path, parts: &[Part]) -> anyhow::Result<()> {
+    let has = |name: &str| dir.join(name).is_file();
+    let mut missing = Vec::new();
+    if parts.contains(&Part::Network) {
+        if !has("config.json") {
+            missing.push("config.json");
+        }
+        if !has("model.safetensors") && !has("model.safetensors.index.json") {
+            missing.push("the weights (model.safetensors or model.safetensors.index.json)");
+        }
+    }
+    if parts.contains(&Part::Tokenizer) && !has("tokenizer.json") {
+        missing.push("tokenizer.json");
+    }
+    match missing.as_slice() {
+        [] => Ok(()),
+        [one] => anyhow::bail!("{} is not a model folder: it has no {one}", dir.display()),
+        [first @ .., last] => anyhow::bail!("{} is not a model folder: it has no {} nor {last}", dir.display(), first.join(", ")),
     }
 }
 

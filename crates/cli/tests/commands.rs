@@ -74,6 +74,18 @@ fn bad_arguments_say_what_is_wrong() {
     assert!(!ok && stderr.contains("random: takes a config.json file, and /no/such/config.json is not one"), "{stderr}");
     let (ok, _, stderr) = decider(&["info", "--model", "/no/such/folder"]);
     assert!(!ok && stderr.contains("/no/such/folder is not a model folder"), "{stderr}");
+    // A folder that is not a model: every file the command needs and misses, named once.
+    let empty = tempfile::tempdir().unwrap();
+    let folder = empty.path().display().to_string();
+    let (ok, _, stderr) = decider(&["info", "--model", &folder]);
+    let all = "it has no config.json, the weights (model.safetensors or model.safetensors.index.json) nor tokenizer.json";
+    assert!(!ok && stderr.contains(&format!("{folder} is not a model folder: {all}")), "{stderr}");
+    assert_eq!(stderr.matches("tokenizer.json").count(), 1, "{stderr}");
+    let (ok, _, stderr) = decider(&["prompt", "--model", &folder, "--request", r#"{"state": "s", "questions": {}}"#]);
+    assert!(!ok && stderr.contains(&format!("{folder} is not a model folder: it has no tokenizer.json")), "the prompt needs the tokenizer only: {stderr}");
+    std::fs::write(empty.path().join("tokenizer.json"), "{").unwrap();
+    let (ok, _, stderr) = decider(&["prompt", "--model", &folder, "--request", r#"{"state": "s", "questions": {}}"#]);
+    assert!(!ok && !stderr.contains("not a model folder") && stderr.contains("tokenizer.json"), "a file that is there but broken is named as such: {stderr}");
     // A Hub id that cannot be fetched (no network here, or no such repository) says which.
     let (ok, _, stderr) = decider(&["info", "--model", "nobody-here/no-such-decider"]);
     assert!(!ok && stderr.contains("downloading nobody-here/no-such-decider from the Hugging Face Hub"), "{stderr}");

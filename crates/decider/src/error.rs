@@ -11,7 +11,8 @@ pub enum DeciderError {
     /// A request that exceeds a size limit (HTTP 413); the message names the limit.
     #[error("{0}")]
     TooLarge(String),
-    #[error("{path}: {source}")]
+    /// Reading a file failed; the I/O error is the `source`, so a chain of errors names it once.
+    #[error("reading {path}")]
     Io { path: PathBuf, source: std::io::Error },
     #[error("{0}")]
     Tokenizer(String),
