@@ -6,7 +6,7 @@ use std::path::Path;
 
 use ahash::AHashMap;
 use serde_json::Value;
-use tokenizers::AddedToken;
+use tokenizers::{AddedToken, Model};
 use tokenizers::models::bpe::BPE;
 
 use crate::error::DeciderError;
@@ -24,6 +24,8 @@ const TEST_TOKENIZER_GZ: &[u8] = include_bytes!("../../../assets/tokenizer/qwen3
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
     labels: LabelTable,
+    /// Tokens, special tokens included (`tokenizers` counts them by building the whole vocabulary map).
+    vocab_size: usize,
 }
 
 /// The option labels: `A`..`Z`, then the two-letter strings `AA`..`ZZ` that are a single token,
@@ -63,7 +65,10 @@ impl Tokenizer {
         let inner = read_bpe_directly(json)
             .unwrap_or_else(|| tokenizers::Tokenizer::from_bytes(json).map_err(|e| e.to_string()))
             .map_err(|e| DeciderError::Tokenizer(format!("cannot read tokenizer.json: {e}")))?;
-        let mut tokenizer = Self { inner, labels: LabelTable { names: vec![], ids: vec![], open_ids: vec![] } };
+        // The model's tokens and the added tokens that are not among them.
+        let added = inner.get_added_tokens_decoder().values().filter(|t| inner.get_model().token_to_id(&t.content).is_none()).count();
+        let vocab_size = inner.get_vocab_size(false) + added;
+        let mut tokenizer = Self { inner, labels: LabelTable { names: vec![], ids: vec![], open_ids: vec![] }, vocab_size };
         tokenizer.labels = LabelTable::build(&tokenizer)?;
         Ok(tokenizer)
     }
@@ -79,7 +84,7 @@ impl Tokenizer {
 
     /// Size of the tokenizer's vocabulary, special tokens included.
     pub fn vocab_size(&self) -> usize {
-        self.inner.get_vocab_size(true)
+        self.vocab_size
     }
 
     /// The option labels.
@@ -122,30 +127,30 @@ impl LabelTable {
 }
 
 /// `tokenizer.json` with a BPE model (every Qwen3.5 tokenizer), its model built here from the
-/// vocabulary and merges; `None` for another model, which `tokenizers` reads itself.
+/// vocabulary and merges; `None` for another model (or a file this typed reading refuses), which
+/// `tokenizers` reads itself and reports on.
 ///
 /// `tokenizers`' own reader takes the model through untagged serde layers
 /// (`models/mod.rs`, `ModelWrapper`'s `Deserialize`) that buffer and copy each of the Qwen3.5
-/// model's 750,000 entries several times: three quarters of the demo model's start-up. The rest
-/// of the file is read by `tokenizers` itself, and the added tokens are added after the model,
-/// as its reader adds them (`tokenizer/serialization.rs`), their ids checked against the file's.
+/// model's 750,000 entries several times: three quarters of the demo model's start-up. Here the
+/// vocabulary and merges are read straight into the maps the BPE builder takes; the rest of the
+/// file is read by `tokenizers` itself, and the added tokens are added after the model, as its
+/// reader adds them (`tokenizer/serialization.rs`), their ids checked against the file's.
 fn read_bpe_directly(json: &[u8]) -> Option<Result<tokenizers::Tokenizer, String>> {
-    let mut file: Value = serde_json::from_slice(json).ok()?;
-    if file.pointer("/model/type").and_then(Value::as_str) != Some("BPE") {
+    let file: TokenizerFile = serde_json::from_slice(json).ok()?;
+    if file.model.kind.as_deref() != Some("BPE") {
         return None;
     }
     Some((|| {
-        let model = file["model"].take();
+        let TokenizerFile { model, added_tokens, mut rest } = file;
         let bpe = bpe_model(model)?;
-        let added = file["added_tokens"].take();
-        file["added_tokens"] = Value::Array(vec![]);
-        file["model"] = serde_json::json!({"type": "BPE", "vocab": {}, "merges": []});
-        let mut tokenizer: tokenizers::Tokenizer = serde_json::from_value(file).map_err(|e| e.to_string())?;
+        rest.insert("added_tokens".into(), Value::Array(vec![]));
+        rest.insert("model".into(), serde_json::json!({"type": "BPE", "vocab": {}, "merges": []}));
+        let mut tokenizer: tokenizers::Tokenizer = serde_json::from_value(Value::Object(rest)).map_err(|e| e.to_string())?;
         tokenizer.with_model(bpe);
-        let added: Vec<Value> = serde_json::from_value(added).map_err(|e| format!("added_tokens: {e}"))?;
-        let tokens: Vec<AddedToken> = added.iter().map(|t| serde_json::from_value(t.clone())).collect::<Result<_, _>>().map_err(|e| format!("added_tokens: {e}"))?;
+        let tokens: Vec<AddedToken> = added_tokens.iter().map(|t| serde_json::from_value(t.clone())).collect::<Result<_, _>>().map_err(|e| format!("added_tokens: {e}"))?;
         tokenizer.add_tokens(&tokens);
-        for (token, spec) in tokens.iter().zip(&added) {
+        for (token, spec) in tokens.iter().zip(&added_tokens) {
             let id = tokenizer.token_to_id(&token.content);
             if id.map(u64::from) != spec["id"].as_u64() {
                 return Err(format!("added token {:?} has id {} in the file but {id:?} in the tokenizer", token.content, spec["id"]));
@@ -155,36 +160,64 @@ fn read_bpe_directly(json: &[u8]) -> Option<Result<tokenizers::Tokenizer, String
     })())
 }
 
-/// The BPE model of `tokenizer.json`'s `"model"` object, with the defaults of `tokenizers`' own
-/// reader (`models/bpe/serialization.rs`): merges as pairs or as `"a b"` strings.
-fn bpe_model(model: Value) -> Result<BPE, String> {
-    let Value::Object(mut model) = model else { return Err("\"model\" is not an object".into()) };
-    let vocab: AHashMap<String, u32> = match model.remove("vocab") {
-        Some(Value::Object(vocab)) => vocab
-            .into_iter()
-            .map(|(token, id)| id.as_u64().and_then(|id| u32::try_from(id).ok()).map(|id| (token, id)))
-            .collect::<Option<_>>()
-            .ok_or("a vocabulary id is not a 32-bit number")?,
-        _ => return Err("the BPE model has no \"vocab\" object".into()),
-    };
-    let merges: Vec<(String, String)> = match model.remove("merges") {
-        Some(Value::Array(merges)) => merges
-            .into_iter()
-            .map(|merge| match merge {
-                Value::Array(pair) => match <[Value; 2]>::try_from(pair) {
-                    Ok([Value::String(a), Value::String(b)]) => Some((a, b)),
-                    _ => None,
-                },
-                Value::String(joined) => joined.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())),
-                _ => None,
-            })
-            .collect::<Option<_>>()
-            .ok_or("a merge is neither a pair of strings nor \"a b\"")?,
-        _ => return Err("the BPE model has no \"merges\" list".into()),
-    };
+/// A `tokenizer.json`: its model typed, everything else as JSON.
+#[derive(serde::Deserialize)]
+struct TokenizerFile {
+    model: ModelFile,
+    #[serde(default)]
+    added_tokens: Vec<Value>,
+    #[serde(flatten)]
+    rest: serde_json::Map<String, Value>,
+}
+
+/// A `tokenizer.json`'s `"model"`: a BPE model's vocabulary and merges typed, its options as JSON.
+#[derive(serde::Deserialize)]
+struct ModelFile {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    vocab: std::collections::HashMap<String, u32, ahash::RandomState>,
+    merges: Vec<Merge>,
+    #[serde(flatten)]
+    options: serde_json::Map<String, Value>,
+}
+
+/// A merge as `tokenizers` writes it: a pair of strings, or the older `"a b"`.
+struct Merge(String, String);
+
+impl<'de> serde::Deserialize<'de> for Merge {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::{Error, IgnoredAny, SeqAccess, Visitor};
+        struct MergeVisitor;
+        impl<'de> Visitor<'de> for MergeVisitor {
+            type Value = Merge;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a merge: a pair of strings or \"a b\"")
+            }
+            fn visit_str<E: Error>(self, joined: &str) -> Result<Merge, E> {
+                let (a, b) = joined.split_once(' ').ok_or_else(|| E::custom(format!("the merge {joined:?} has no space")))?;
+                Ok(Merge(a.into(), b.into()))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut pair: A) -> Result<Merge, A::Error> {
+                let a = pair.next_element()?.ok_or_else(|| Error::invalid_length(0, &self))?;
+                let b = pair.next_element()?.ok_or_else(|| Error::invalid_length(1, &self))?;
+                if pair.next_element::<IgnoredAny>()?.is_some() {
+                    return Err(Error::invalid_length(3, &self));
+                }
+                Ok(Merge(a, b))
+            }
+        }
+        deserializer.deserialize_any(MergeVisitor)
+    }
+}
+
+/// The BPE model of a `tokenizer.json`'s `"model"`, with the defaults of `tokenizers`' own
+/// reader (`models/bpe/serialization.rs`).
+fn bpe_model(model: ModelFile) -> Result<BPE, String> {
+    let ModelFile { vocab, merges, options: model, .. } = model;
+    let merges = merges.into_iter().map(|Merge(a, b)| (a, b)).collect();
     let text = |key: &str| model.get(key).and_then(Value::as_str).map(str::to_string);
     let flag = |key: &str| model.get(key).and_then(Value::as_bool);
-    let mut builder = BPE::builder().vocab_and_merges(vocab, merges);
+    let mut builder = BPE::builder().vocab_and_merges(AHashMap::from(vocab), merges);
     if let Some(dropout) = model.get("dropout").and_then(Value::as_f64) {
         builder = builder.dropout(dropout as f32);
     }
