@@ -352,8 +352,13 @@ fn bodies_are_parsed_within_the_memory_budget() {
     assert!(detail.starts_with("request too large for memory: its body and parsed JSON needs") && detail.ends_with("the limit is 64 MiB (--max-memory, DECIDER_MAX_MEMORY)"), "{detail}");
     let text = json!({"state": "word ".repeat(600_000), "questions": {"q": {"type": "noul", "instructions": "Long?"}}}).to_string();
     assert_eq!(tight.post("/v1/systemone", &text).0, 200, "3 MB of text parses to its own size and fits");
+    // The same lists in UTF-16, which Python's json.loads reads too, are held to the budget as the
+    // text they decode to: the bytes of a "Ģ" (22 01) do not pass for a quote.
+    let utf16: Vec<u8> = body.replacen('[', "[\"Ģ\", ", 1).encode_utf16().flat_map(u16::to_le_bytes).collect();
+    let (status, response) = read(ureq::post(&format!("{}/v1/systemone", tight.base)).set("content-type", "application/json").send_bytes(&utf16));
+    assert_eq!(status, 413, "{response}");
     let (_, stats) = tight.get("/stats");
-    assert_eq!((stats["rejected_too_large"].as_u64(), stats["memory_held_bytes"].as_u64()), (Some(1), Some(0)), "{stats}");
+    assert_eq!((stats["rejected_too_large"].as_u64(), stats["memory_held_bytes"].as_u64()), (Some(2), Some(0)), "{stats}");
 }
 
 /// A small body can plan to many rows (every question repeats the state): the plan's token ids

@@ -2,6 +2,8 @@
 //! folder on the Hugging Face Hub, "argmax over the exact label set"), shown beside a run of the
 //! same model so a reader sees at once whether it reproduces them.
 
+use super::items::TIERS;
+
 /// One model's published figures.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ModelCard {
@@ -10,7 +12,8 @@ pub struct ModelCard {
     /// The `model` names a server of this release reports (`"decider-" + decider_config.json's
     /// `version`).
     pub names: &'static [&'static str],
-    /// Correct public items per tier: easy (of 48), standard (of 72), hard (of 111).
+    /// Correct public items per tier, in [`TIERS`] order (easy, standard, hard), out of each
+    /// tier's full item count.
     pub correct: [usize; 3],
 }
 
@@ -27,10 +30,11 @@ pub fn card_for(model: &str) -> Option<&'static ModelCard> {
 }
 
 impl ModelCard {
-    /// The published correct count of a tier (`easy`, `standard`, `hard`).
-    pub fn correct_in(&self, tier: &str) -> Option<usize> {
-        let index = ["easy", "standard", "hard"].iter().position(|t| *t == tier)?;
-        Some(self.correct[index])
+    /// The published correct count of a tier (`easy`, `standard`, `hard`) and the tier's full
+    /// item count it is out of (a run with `--limit` has fewer).
+    pub fn correct_in(&self, tier: &str) -> Option<(usize, usize)> {
+        let index = TIERS.iter().position(|t| t.name == tier)?;
+        Some((self.correct[index], TIERS[index].count))
     }
 }
 
@@ -41,7 +45,7 @@ mod tests {
     #[test]
     fn a_known_release_is_found_by_the_name_its_server_reports() {
         assert_eq!(card_for("decider-2b-v10").map(|c| c.correct), Some([48, 61, 51]));
-        assert_eq!(card_for("decider-35b-a3b-v1").and_then(|c| c.correct_in("hard")), Some(75));
+        assert_eq!(card_for("decider-35b-a3b-v1").and_then(|c| c.correct_in("hard")), Some((75, 111)));
         assert_eq!(card_for("decider-demo-random-weights"), None);
     }
 }

@@ -53,7 +53,7 @@ pub fn table(summary: &Summary) -> String {
         ms(o.latency_p95_s)
     );
     if let Some(card) = summary.meta["model"].as_str().and_then(card_for) {
-        let published: Vec<String> = summary.tiers.iter().filter_map(|t| Some(format!("{} {}/{}", t.tier, card.correct_in(t.tier)?, t.items))).collect();
+        let published: Vec<String> = summary.tiers.iter().filter_map(|t| card.correct_in(t.tier).map(|(k, of)| format!("{} {k}/{of}", t.tier))).collect();
         let _ = writeln!(out, "model card ({}): {}", card.model, published.join(", "));
     }
     let _ = writeln!(out, "\n{:<18} {:>9} {:>9}", "family", "correct", "accuracy");
@@ -120,9 +120,9 @@ fn tiers_svg(summary: &Summary, card: Option<&ModelCard>) -> String {
         let _ = write!(svg, r##"<rect x="{x0:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="#72b7b2"/>"##, y(t.accuracy), x1 - x0, y(0.0) - y(t.accuracy));
         let _ = write!(svg, r##"<text x="{:.1}" y="{:.1}" font-size="10" text-anchor="middle">{}/{}</text>"##, (x0 + x1) / 2.0, y(t.accuracy) - 4.0, t.correct, t.items);
         let _ = write!(svg, r##"<line x1="{x0:.1}" y1="{:.1}" x2="{x1:.1}" y2="{:.1}" stroke="#333" stroke-dasharray="3"><title>chance {:.3}</title></line>"##, y(t.chance_board), y(t.chance_board), t.chance_board);
-        if let Some(published) = card.and_then(|c| c.correct_in(t.tier)) {
-            let accuracy = published as f64 / t.items as f64;
-            let _ = write!(svg, r##"<line x1="{x0:.1}" y1="{:.1}" x2="{x1:.1}" y2="{:.1}" stroke="#e45756" stroke-width="3"><title>model card {published}/{}</title></line>"##, y(accuracy), y(accuracy), t.items);
+        if let Some((published, of)) = card.and_then(|c| c.correct_in(t.tier)) {
+            let accuracy = published as f64 / of as f64;
+            let _ = write!(svg, r##"<line x1="{x0:.1}" y1="{:.1}" x2="{x1:.1}" y2="{:.1}" stroke="#e45756" stroke-width="3"><title>model card {published}/{of}</title></line>"##, y(accuracy), y(accuracy));
         }
         let _ = write!(svg, r##"<text x="{:.1}" y="{}" font-size="11" text-anchor="middle">{}</text>"##, (x0 + x1) / 2.0, h - pad + 14.0, t.tier);
     }
@@ -242,7 +242,7 @@ pub fn html(summary: &Summary, records: &[Record]) -> String {
     for t in &summary.tiers {
         let (name, m) = (t.tier, &t.metrics);
         let published = card.map_or_else(String::new, |c| match c.correct_in(name) {
-            Some(k) => format!("<td>{k}/{} ({:.3})</td>", t.items, k as f64 / t.items as f64),
+            Some((k, of)) => format!("<td>{k}/{of} ({:.3})</td>", k as f64 / of as f64),
             None => "<td>-</td>".into(),
         });
         let _ = writeln!(out, "<tr><td>{name}</td><td>{}/{}</td><td>{:.3}</td>{published}<td>{:.1}</td><td>{:.3} / {:.3}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{}</td><td>{}</td></tr>", t.correct, t.items, t.accuracy, t.intelligence, t.chance_board, t.chance_public, opt(m.brier, 3), opt(m.ece, 3), m.schema_validity_strict, ms(m.latency_p50_s), ms(m.latency_p95_s));

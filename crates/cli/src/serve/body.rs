@@ -17,7 +17,9 @@ use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderMap, StatusCode, header};
 use http_body_util::BodyExt;
-use decider::python_json::{Json, LoadError, loads};
+use std::borrow::Cow;
+
+use decider::python_json::{Json, LoadError, decode, loads_text};
 use serde_json::json;
 
 use super::memory::{Reservation, parse_bytes};
@@ -61,7 +63,13 @@ impl FromRequest<Arc<AppState>> for JsonBody {
             if !json {
                 return Err(not_an_object(&Json::Str(String::from_utf8_lossy(&bytes).into_owned())));
             }
-            Ok(JsonBody(parse_json(&bytes)?, reservation))
+            // A UTF-16/32 body is decoded into a string of its own, and scanned for its parse
+            // as that text (its bytes are not UTF-8).
+            let text = decode(&bytes).map_err(refusal)?;
+            if let Cow::Owned(decoded) = &text {
+                reservation.grow(decoded.len() + parse_bytes(decoded.as_bytes()), "its body and parsed JSON").map_err(|e| state.refused_by_status(e))?;
+            }
+            Ok(JsonBody(loads_text(&text).map_err(refusal)?, reservation))
         })
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("parsing the request body: {e}")))?
@@ -127,12 +135,12 @@ fn is_json(headers: &HeaderMap) -> bool {
     mime.type_() == mime::APPLICATION && (mime.subtype() == mime::JSON || mime.suffix() == Some(mime::JSON))
 }
 
-/// The body as `json.loads` reads it. As FastAPI answers a body it cannot read: a
-/// `JSONDecodeError` is a 422 `json_invalid` with Python's message at its character offset;
-/// any other exception (not UTF-8, an integer of more than 4,300 digits, nesting past the
-/// recursion limit) is a 400 whose detail does not say why, so the log does.
-fn parse_json(body: &[u8]) -> Result<Json, ApiError> {
-    loads(body).map_err(|e| match e {
+/// A body `json.loads` refused, answered as FastAPI answers it: a `JSONDecodeError` is a 422
+/// `json_invalid` with Python's message at its character offset; any other exception (not
+/// text in its encoding, an integer of more than 4,300 digits, nesting past the recursion limit)
+/// is a 400 whose detail does not say why, so the log does.
+fn refusal(e: LoadError) -> ApiError {
+    match e {
         LoadError::Decode { msg, pos, .. } => {
             let detail = json!([{"type": "json_invalid", "loc": ["body", pos], "msg": "JSON decode error", "input": {}, "ctx": {"error": msg}}]);
             ApiError(StatusCode::UNPROCESSABLE_ENTITY, detail)
@@ -141,5 +149,5 @@ fn parse_json(body: &[u8]) -> Result<Json, ApiError> {
             eprintln!("decider: a request body could not be read as JSON: {cause}");
             ApiError::new(StatusCode::BAD_REQUEST, "There was an error parsing the body")
         }
-    })
+    }
 }

@@ -3,9 +3,9 @@
 //! reserved before they are allocated.
 //!
 //! A body's bytes are reserved as they arrive; its parse is reserved from a scan of the body
-//! before `serde_json` runs. Parsing can take a hundred times the body's size (a 72-byte
-//! `Value` and its allocations for each `1,` of a list), so the body limit alone does not bound
-//! memory: `parse_bytes` does. A request that could never fit is a 413; one that does not fit
+//! before it is parsed (`decider::python_json::loads`). Parsing can take a hundred times the
+//! body's size (a 72-byte value and its allocations for each `1,` of a list), so the body limit
+//! alone does not bound memory: `parse_bytes` does. A request that could never fit is a 413; one that does not fit
 //! now, beside the others in flight, is a 503 to retry.
 
 use std::sync::Arc;
@@ -20,8 +20,8 @@ use super::error::ApiError;
 /// 200 (`[[1],[1],…]`); `tests/serve.rs` checks the bound on the real server's peak memory.
 const BYTES_PER_STRUCTURAL: usize = 256;
 
-/// An upper bound of the bytes `serde_json` allocates to parse `body` into a `Value`: the text
-/// of its strings once more, and `BYTES_PER_STRUCTURAL` for each value and key.
+/// An upper bound of the bytes parsing `body` (UTF-8) into a `Json` value allocates: the text of
+/// its strings once more, and `BYTES_PER_STRUCTURAL` for each value and key.
 pub(super) fn parse_bytes(body: &[u8]) -> usize {
     let (mut structurals, mut in_string, mut escaped) = (1usize, false, false);
     for &byte in body {

@@ -25,8 +25,9 @@ pub const MAX_INT_DIGITS: usize = 4300;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LoadError {
     /// `json.JSONDecodeError(msg, doc, pos)`, with `pos` in characters (what FastAPI answers
-    /// as a 422 `json_invalid`). Also a `\ud800`-style escape of half a surrogate pair, which
-    /// Python reads into a string no Unicode text can hold (the reference fails later, with a 500).
+    /// as a 422 `json_invalid`). Also, in a text Python reads whole, the first `\ud800`-style
+    /// escape of half a surrogate pair: Python reads it into a string no Unicode text can hold
+    /// (the reference fails later, with a 500).
     Decode { msg: &'static str, pos: usize, line: usize, column: usize },
     /// Any other exception (`UnicodeDecodeError`, `ValueError` for too many digits,
     /// `RecursionError`), which FastAPI answers with a 400.
@@ -47,8 +48,12 @@ impl std::error::Error for LoadError {}
 
 /// `json.loads(bytes)`: decoded in the encoding `json.detect_encoding` finds, then parsed.
 pub fn loads(bytes: &[u8]) -> Result<Json, LoadError> {
-    let text = decode(bytes)?;
-    Scanner { text: &text, depth: 0 }.decode().map_err(|fail| match fail {
+    loads_text(&decode(bytes)?)
+}
+
+/// `json.loads` of the text [`decode`] made of a body (a leading BOM already dropped).
+pub fn loads_text(text: &str) -> Result<Json, LoadError> {
+    Scanner { text, depth: 0, unpaired: None }.decode().map_err(|fail| match fail {
         Fail::Decode(msg, at) => {
             let before = &text[..at];
             let pos = before.chars().count();
@@ -60,9 +65,11 @@ pub fn loads(bytes: &[u8]) -> Result<Json, LoadError> {
     })
 }
 
-/// `bytes.decode(json.detect_encoding(bytes), "surrogatepass")`: UTF-8 (a BOM dropped), or
-/// UTF-16/32 told by a BOM or by where the zero bytes of the first characters are.
-fn decode(b: &[u8]) -> Result<Cow<'_, str>, LoadError> {
+/// The text of a body as `json.loads(bytes)` decodes it (`json.detect_encoding`): UTF-8 (a BOM
+/// dropped), or UTF-16/32 told by a BOM or by where the zero bytes of the first characters are.
+/// Python decodes with `surrogatepass`; a surrogate encoded in the bytes, which no Rust string
+/// holds, is refused here as text that is not valid in its encoding (FastAPI's 400).
+pub fn decode(b: &[u8]) -> Result<Cow<'_, str>, LoadError> {
     const UTF8_BOM: &[u8] = b"\xef\xbb\xbf";
     let (utf16, utf32) = (|big, bytes| units::<2>(bytes, big), |big, bytes| units::<4>(bytes, big));
     let text = match b {
@@ -116,10 +123,13 @@ type Scanned<T> = Result<(T, usize), Fail>;
 struct Scanner<'a> {
     text: &'a str,
     depth: usize,
+    /// Where the first escape of half a surrogate pair is: refused once the whole text has
+    /// parsed, so a syntax error anywhere is reported as Python reports it.
+    unpaired: Option<usize>,
 }
 
-impl Scanner<'_> {
-    fn bytes(&self) -> &[u8] {
+impl<'a> Scanner<'a> {
+    fn bytes(&self) -> &'a [u8] {
         self.text.as_bytes()
     }
 
@@ -142,7 +152,10 @@ impl Scanner<'_> {
         if end != self.text.len() {
             return Err(Fail::Decode("Extra data", end));
         }
-        Ok(value)
+        match self.unpaired {
+            Some(at) => Err(Fail::Decode("Unpaired surrogate escape (Python reads it, but no Unicode text holds it)", at)),
+            None => Ok(value),
+        }
     }
 
     /// `scan_once_unicode`: the value at `idx`. Where none starts, the scanner's
@@ -229,7 +242,7 @@ impl Scanner<'_> {
 
     /// `scanstring_unicode` (strict): the string whose opening quote is before `end`, and the
     /// offset after its closing quote.
-    fn scan_string(&self, mut end: usize) -> Scanned<String> {
+    fn scan_string(&mut self, mut end: usize) -> Scanned<String> {
         let begin = end - 1;
         let b = self.bytes();
         let len = b.len();
@@ -280,8 +293,10 @@ impl Scanner<'_> {
                     end += 6;
                 }
             }
-            let c = char::from_u32(c).ok_or(Fail::Decode("Unpaired surrogate escape (Python reads it, but no Unicode text holds it)", next - 1))?;
-            out.push(c);
+            out.push(char::from_u32(c).unwrap_or_else(|| {
+                self.unpaired.get_or_insert(next - 1);
+                char::REPLACEMENT_CHARACTER
+            }));
         }
     }
 

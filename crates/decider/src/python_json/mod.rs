@@ -7,5 +7,5 @@ mod loads;
 mod value;
 
 pub use dumps::{Bounded, Full, dumps, float_repr, py_repr, py_str, py_truthy, py_type_name, write_json};
-pub use loads::{LoadError, MAX_DEPTH, MAX_INT_DIGITS, loads};
+pub use loads::{LoadError, MAX_DEPTH, MAX_INT_DIGITS, decode, loads, loads_text};
 pub use value::{Int, Json, JsonMap};

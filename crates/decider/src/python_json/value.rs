@@ -44,7 +44,7 @@ impl Int {
         self.0.parse().ok()
     }
 
-    /// `float(i)`: the nearest double (±inf past its range, as Rust's parser rounds).
+    /// The nearest double, ±inf past the range (where Python's `float(i)` raises `OverflowError`).
     pub fn as_f64(&self) -> f64 {
         self.0.parse().expect("an integer's digits parse as a float")
     }
