@@ -60,7 +60,7 @@ pub fn py_round(x: f64, digits: usize) -> f64 {
 }
 
 /// Probabilities rounded to 4 digits, keyed as given.
-fn rounded_by<'a>(keys: impl IntoIterator<Item = String>, p: impl IntoIterator<Item = &'a f64>) -> IndexMap<String, f64> {
+pub(crate) fn rounded_by<'a>(keys: impl IntoIterator<Item = String>, p: impl IntoIterator<Item = &'a f64>) -> IndexMap<String, f64> {
     keys.into_iter().zip(p).map(|(key, x)| (key, py_round(*x, 4))).collect()
 }
 

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::python_json::Json;
 
-use crate::answer::{argmax, py_round};
+use crate::answer::{argmax, py_round, rounded_by};
 use crate::engine::Decider;
 use crate::prompter::{DECIDE_MAX_CONTEXT_TOKENS, Prompter};
 use crate::prompt::neutralize;
@@ -230,7 +230,6 @@ impl DecidePlan {
 
     /// The form's answers from the probabilities of its row's slots.
     pub fn answers(&self, slot_probabilities: &[Vec<f64>]) -> FormAnswers {
-        let rounded = |names: &[String], p: &[f64]| names.iter().zip(p).map(|(n, x)| (n.clone(), py_round(*x, 4))).collect();
         self.fields
             .iter()
             .zip(slot_probabilities)
@@ -242,14 +241,14 @@ impl DecidePlan {
                         choice: field.names[j].clone(),
                         confidence: py_round(p[j], 4),
                         kind: FieldAnswerType::Choice,
-                        probabilities: rounded(&field.names, p),
+                        probabilities: rounded_by(field.names.iter().cloned(), p),
                     },
                     FieldKind::Scale => FieldAnswer::Scale {
                         score: py_round(field.keys.iter().zip(p).map(|(k, x)| k * x).sum(), 2),
                         confidence: py_round(p[j], 4),
                         kind: FieldAnswerType::Scale,
                         legend: field.legend.to_serde(),
-                        probabilities: rounded(&field.key_names, p),
+                        probabilities: rounded_by(field.key_names.iter().cloned(), p),
                     },
                 };
                 (question.clone(), answer)

@@ -3,7 +3,7 @@
 
 use axum::http::StatusCode;
 use decider::SystemOneRequest;
-use decider::python_json::Json;
+use decider::python_json::{Bounded, Json, write_json};
 use serde_json::{Value, json};
 
 use super::error::ApiError;
@@ -17,26 +17,16 @@ pub(super) fn field_error(kind: &str, loc: &[Value], msg: &str, input: &Json) ->
 
 /// Bytes of JSON an input is echoed in a 422 with at most. A refused body is echoed after its
 /// memory reservation is gone, and escaping can make it six times longer: past this it is
-/// replaced by a note of its size (FastAPI echoes it whole). The echo is JSON as serde_json
-/// writes it: an integer past 64 bits is echoed as the nearest float, and `NaN` or `Infinity`
-/// as `null` (FastAPI cannot write those and answers 500 instead).
+/// replaced by a note of its size (FastAPI echoes it whole). The size is measured as Python
+/// writes the JSON (a space after each `,` and `:`, so about the echo's size or more). The echo
+/// is JSON as serde_json writes it: an integer past 64 bits as the nearest float, `NaN` or
+/// `Infinity` as `null` (FastAPI cannot write those and answers 500 instead).
 const ECHO_LIMIT: usize = 64 << 10;
 
 fn echoed(input: &Json) -> Value {
-    let input = input.to_serde();
-    /// Counts bytes written and fails past the limit, so a long input is not written whole.
-    struct Bounded(usize);
-    impl std::io::Write for Bounded {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            if self.0 > ECHO_LIMIT { Err(std::io::Error::other("past the echo limit")) } else { Ok(bytes.len()) }
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    match serde_json::to_writer(Bounded(0), &input) {
-        Ok(()) => input,
+    // Written only up to the limit, so a long input is neither written nor copied whole.
+    match write_json(input, &mut Bounded::new(ECHO_LIMIT), usize::MAX) {
+        Ok(()) => input.to_serde(),
         Err(_) => Value::String(format!("(more than {ECHO_LIMIT} bytes of JSON, not echoed)")),
     }
 }
