@@ -72,6 +72,19 @@ impl Server {
         self.log.lock().unwrap().clone()
     }
 
+    /// Whether the server's stderr holds `line` within 10 s: a thread collects what the server
+    /// writes, so a line written just before an answer may reach the log just after it.
+    pub fn logged(&self, line: &str) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !self.log().contains(line) {
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        true
+    }
+
     /// Waits for the process to exit; its status and all it wrote to stderr.
     pub fn exit(&mut self) -> (ExitStatus, String) {
         let status = self.child.wait().expect("the server exits");
