@@ -1,7 +1,6 @@
 //! Backend parity of whole decisions: the demo model (same seeded weights on every backend)
 //! gives every backend the label logits and probabilities of ndarray, through the shared-prefix
 //! fork and the batched question rows, within 1e-4.
-#![allow(deprecated)] // burn-candle is deprecated upstream from 0.21; still a supported backend here.
 
 use decider::{Answer, Decider, SystemOneRequest};
 use qwen35::Qwen35Ops;
@@ -24,7 +23,6 @@ fn logits<B: Qwen35Ops>() -> Vec<Vec<f32>> {
     decider.slot_logits(&plan.rows)
 }
 
-#[cfg(any(feature = "candle", feature = "wgpu"))]
 fn check<B: Qwen35Ops>(backend: &str) {
     let reference = logits::<burn::backend::NdArray>();
     let ours = logits::<B>();
@@ -53,17 +51,18 @@ fn check<B: Qwen35Ops>(backend: &str) {
     }
 }
 
-#[cfg(feature = "candle")]
-#[test]
-fn candle_decisions_equal_ndarray() {
-    check::<burn::backend::Candle>("candle");
+macro_rules! decisions_equal_ndarray {
+    ($name:ident, $backend:ty, $about:literal) => {
+        mod $name {
+            #[test]
+            fn decisions_equal_ndarray() {
+                super::check::<$backend>(stringify!($name));
+            }
+        }
+    };
 }
 
-#[cfg(feature = "wgpu")]
-#[test]
-fn wgpu_decisions_equal_ndarray() {
-    check::<burn::backend::Wgpu>("wgpu");
-}
+decider_ops::for_each_backend!(decisions_equal_ndarray);
 
 #[test]
 fn ndarray_decisions_are_deterministic() {

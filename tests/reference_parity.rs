@@ -5,7 +5,6 @@
 //! segment and one key block (the default sizes exceed every run), and split into segments of 64
 //! tokens and key blocks of 48, so the segmented prefill and the online softmax meet the
 //! reference at every boundary (len130: three segments, past and own blocks cut mid-block).
-#![allow(deprecated)] // burn-candle is deprecated upstream from 0.21; still a supported backend here.
 
 use qwen35::{PrefillBlocks, Qwen35Ops};
 use integration_tests::{LAYOUTS, MODELS, RUNS, Reference, assert_close, fixture_path};
@@ -57,7 +56,7 @@ fn check_runs<B: Qwen35Ops>(
 }
 
 macro_rules! backend_parity {
-    ($name:ident, $backend:ty) => {
+    ($name:ident, $backend:ty, $about:literal) => {
         mod $name {
             use super::*;
             type B = $backend;
@@ -86,9 +85,4 @@ macro_rules! backend_parity {
     };
 }
 
-#[cfg(feature = "ndarray")]
-backend_parity!(ndarray, burn::backend::NdArray);
-#[cfg(feature = "candle")]
-backend_parity!(candle, burn::backend::Candle);
-#[cfg(feature = "wgpu")]
-backend_parity!(wgpu, burn::backend::Wgpu);
+decider_ops::for_each_backend!(backend_parity);

@@ -11,7 +11,6 @@
 //! round trips already, which that rounding keeps (up to the last bit of a block's scale). Whole
 //! models are not compared: there every projection's rounding is real, and on these small
 //! random models it is amplified layer by layer (up to 0.15 of a layer's scale).
-#![allow(deprecated)] // burn-candle is deprecated upstream from 0.21; still a supported backend here.
 
 use burn::module::{Module, Param, ParamId};
 use burn::tensor::{Tensor, TensorData};
@@ -185,7 +184,7 @@ fn check_partial_blocks<B: Qwen35Ops>() {
 }
 
 macro_rules! weight_formats {
-    ($name:ident, $backend:ty) => {
+    ($name:ident, $backend:ty, $about:literal) => {
         mod $name {
             use super::*;
             type B = $backend;
@@ -217,9 +216,4 @@ macro_rules! weight_formats {
     };
 }
 
-#[cfg(feature = "ndarray")]
-weight_formats!(ndarray, burn::backend::NdArray);
-#[cfg(feature = "candle")]
-weight_formats!(candle, burn::backend::Candle);
-#[cfg(feature = "wgpu")]
-weight_formats!(wgpu, burn::backend::Wgpu);
+decider_ops::for_each_backend!(weight_formats);

@@ -3,8 +3,7 @@
 //! CPU backends), and on ndarray also the generic chunked form (eight 64-token chunks, each with
 //! its unit-lower-triangular inverse, then the scan over chunks) for comparison.
 //!
-//! Run: `cargo bench -p integration-tests --bench delta_rule --features candle,wgpu`.
-#![allow(deprecated)] // burn-candle is deprecated upstream from 0.21; still a supported backend here.
+//! Run: `cargo bench -p integration-tests --bench delta_rule --features decider-ops/candle,decider-ops/wgpu`.
 
 use burn::tensor::{Distribution, Tensor};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -46,12 +45,12 @@ fn bench_backend<B: Qwen35Ops>(c: &mut Criterion, backend: &str, with_generic: b
 }
 
 fn benches(c: &mut Criterion) {
-    #[cfg(feature = "ndarray")]
-    bench_backend::<burn::backend::NdArray>(c, "ndarray", true);
-    #[cfg(feature = "candle")]
-    bench_backend::<burn::backend::Candle>(c, "candle", false);
-    #[cfg(feature = "wgpu")]
-    bench_backend::<burn::backend::Wgpu>(c, "wgpu", false);
+    macro_rules! bench {
+        ($name:ident, $backend:ty, $about:literal) => {
+            bench_backend::<$backend>(c, stringify!($name), stringify!($name) == "ndarray");
+        };
+    }
+    decider_ops::for_each_backend!(bench);
 }
 
 criterion_group!(delta_rule, benches);

@@ -30,9 +30,10 @@ enum Task {
         #[arg(long, default_value = "python3")]
         python: String,
     },
-    /// Run the benchmarks: the 2B-shaped forward, the two special ops (specialised vs generic vs
-    /// naive) and the chunked delta rule on every backend of this platform, and the server's
-    /// decisions/s with 16 clients at once against one at a time.
+    /// Run the benchmarks: prefill speed and memory of the 2B- and 35B-A3B-shaped stacks per
+    /// weight format, the special ops (specialised vs generic vs naive) and the delta rule on
+    /// every backend of this platform, and the server's start-up and decisions/s with 16 clients
+    /// at once against one at a time.
     Bench,
     /// Run the 231 JevBench public items against a model (in-process) or an endpoint and score
     /// them as JevBench does; writes results.json, records.jsonl and report.html.
@@ -77,10 +78,10 @@ fn main() -> anyhow::Result<()> {
                 command.current_dir(&root);
                 command
             };
-            run(cargo().args(["bench", "-p", "qwen35", "--bench", "forward"]))?;
+            run(cargo().args(["bench", "-p", "integration-tests", "--bench", "prefill"]))?;
             run(cargo().args(["bench", "-p", "decider", "--bench", "shared_prefix"]))?;
             run(cargo().args(["bench", "-p", "decider-ops", "--bench", "ops", "--features", "candle,wgpu"]))?;
-            run(cargo().args(["bench", "-p", "integration-tests", "--bench", "delta_rule", "--features", "candle,wgpu"]))?;
+            run(cargo().args(["bench", "-p", "integration-tests", "--bench", "delta_rule", "--features", "decider-ops/candle,decider-ops/wgpu"]))?;
             run(cargo().args(["bench", "-p", "decider-cli", "--bench", "serve_load"]))
         }
     }

@@ -11,8 +11,12 @@
 //! `DECIDER_BENCH_LONG_STATE=1` a last phase sends one decision on a state cut to the longest
 //! the reference accepts (32,768 tokens) and prints the server's peak resident memory over its
 //! resident memory after loading (slow: minutes on a 2B model).
+//!
+//! First, the start-up of a one-shot command: `decider info` builds or loads the whole model, as
+//! every `decide` and `forward` call does, timed against `decider backends`, a process that loads
+//! nothing.
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use integration_tests::server::Server;
@@ -27,6 +31,7 @@ fn main() {
     // Relative config paths are taken from the workspace root, where `cargo xtask bench` runs.
     command.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     let weights = std::env::var("DECIDER_BENCH_WEIGHTS").unwrap_or_else(|_| "f32".into());
+    start_up(&model, &weights);
     command.args(["serve", "--model", &model, "--weights", &weights, "--addr", "127.0.0.1:0"]);
     if let Ok(backend) = std::env::var("DECIDER_BENCH_BACKEND") {
         command.args(["--backend", &backend]);
@@ -61,6 +66,50 @@ fn main() {
             peak - loaded
         );
     }
+}
+
+/// Median wall time of `decider info` over 5 runs, beside that of `decider backends`, and the
+/// peak resident memory of those runs.
+fn start_up(model: &str, weights: &str) {
+    let run = |args: &[&str]| {
+        let start = Instant::now();
+        let status = Command::new(env!("CARGO_BIN_EXE_decider"))
+            .args(args)
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+            .stdout(Stdio::null())
+            .status()
+            .expect("decider runs");
+        assert!(status.success(), "decider {args:?} failed");
+        start.elapsed().as_secs_f64()
+    };
+    let median = |args: &[&str]| {
+        let mut times: Vec<f64> = (0..5).map(|_| run(args)).collect();
+        times.sort_by(f64::total_cmp);
+        times[2]
+    };
+    let nothing = median(&["backends"]);
+    let mut info = vec!["info", "--model", model, "--weights", weights];
+    let backend = std::env::var("DECIDER_BENCH_BACKEND");
+    if let Ok(backend) = &backend {
+        info.extend(["--backend", backend]);
+    }
+    let loading = median(&info);
+    println!(
+        "start-up: decider info --model {model} --weights {weights}: {loading:.2} s (median of 5; decider backends: {nothing:.3} s), peak resident {:.0} MiB",
+        children_peak_kib() as f64 / 1024.0
+    );
+}
+
+/// The largest peak resident memory of this process's finished children, in KiB (0 where the
+/// system does not say).
+fn children_peak_kib() -> i64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) } != 0 {
+        return 0;
+    }
+    // Linux reports KiB, macOS bytes.
+    if cfg!(target_os = "macos") { usage.ru_maxrss / 1024 } else { usage.ru_maxrss }
 }
 
 /// Decisions/s of `requests` decisions one at a time, then from [`CLIENTS`] clients at once.

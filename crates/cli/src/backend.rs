@@ -1,42 +1,46 @@
-//! The burn backends of this build, chosen by cargo feature, and the dispatch from `--backend`
-//! to a concrete backend type. This is the only place in the binary that names a backend;
-//! a new backend is a feature, a variant here and an arm in [`dispatch`].
+//! `--backend`: the burn backends of this build ([`decider_ops::for_each_backend!`], chosen by
+//! decider-ops' cargo features) and the dispatch from a name to a concrete backend type.
 
 use std::fmt;
+use std::sync::OnceLock;
 
 use clap::ValueEnum;
+use clap::builder::PossibleValue;
 use qwen35::Qwen35Ops;
 
-/// The backends compiled into this build (clap lists them for `--backend`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum BackendName {
-    /// Pure-Rust CPU backend (feature `ndarray`, the default).
-    #[cfg(feature = "ndarray")]
-    Ndarray,
-    /// candle's CPU backend (feature `candle`).
-    #[cfg(feature = "candle")]
-    Candle,
-    /// WebGPU through wgpu on the default adapter: Vulkan, Metal or DX12 (feature `wgpu`; `vulkan`
-    /// and `metal` compile shaders to SPIR-V / MSL instead of WGSL).
-    #[cfg(feature = "wgpu")]
-    Wgpu,
+/// A backend compiled into this build, by its `--backend` name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackendName {
+    name: &'static str,
+    about: &'static str,
 }
 
 impl BackendName {
     /// The backends of this build.
     pub fn compiled_in() -> &'static [BackendName] {
-        Self::value_variants()
+        static COMPILED: OnceLock<Vec<BackendName>> = OnceLock::new();
+        COMPILED.get_or_init(|| decider_ops::backend_list::compiled_backends().into_iter().map(|(name, about)| BackendName { name, about }).collect())
     }
 
     /// The default `--backend`: the first one compiled in.
     pub fn default_name() -> BackendName {
-        *Self::compiled_in().first().expect("build with at least one backend feature (e.g. --features ndarray)")
+        *Self::compiled_in().first().expect("decider-ops is built with at least one backend feature (ndarray, its default)")
+    }
+}
+
+impl ValueEnum for BackendName {
+    fn value_variants<'a>() -> &'a [Self] {
+        Self::compiled_in()
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(PossibleValue::new(self.name).help(self.about))
     }
 }
 
 impl fmt::Display for BackendName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.to_possible_value().expect("no skipped variants").get_name())
+        f.write_str(self.name)
     }
 }
 
@@ -46,15 +50,15 @@ pub trait GenericTask {
     fn run<B: Qwen35Ops>(self, device: &B::Device) -> anyhow::Result<()>;
 }
 
-/// Runs `task` on the backend `name` with its default device.
-pub fn dispatch<T: GenericTask>(name: BackendName, task: T) -> anyhow::Result<()> {
-    match name {
-        #[cfg(feature = "ndarray")]
-        BackendName::Ndarray => task.run::<burn::backend::NdArray>(&Default::default()),
-        #[cfg(feature = "candle")]
-        #[allow(deprecated)] // burn-candle is deprecated upstream from 0.21; still supported here.
-        BackendName::Candle => task.run::<burn::backend::Candle>(&Default::default()),
-        #[cfg(feature = "wgpu")]
-        BackendName::Wgpu => task.run::<burn::backend::Wgpu>(&Default::default()),
+/// Runs `task` on the backend `backend` with its default device.
+pub fn dispatch<T: GenericTask>(backend: BackendName, task: T) -> anyhow::Result<()> {
+    macro_rules! run_if_named {
+        ($name:ident, $backend:ty, $about:literal) => {
+            if backend.name == stringify!($name) {
+                return task.run::<$backend>(&Default::default());
+            }
+        };
     }
+    decider_ops::for_each_backend!(run_if_named);
+    unreachable!("{backend} is one of the compiled-in backends that for_each_backend! lists")
 }

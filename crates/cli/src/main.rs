@@ -32,6 +32,11 @@ enum Command {
     Backends,
 }
 
+/// mimalloc: the start-up of every command reads a tokenizer of a million small strings (see the
+/// README's dependency table).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Decide(args) => backend::dispatch(args.backend, &args),

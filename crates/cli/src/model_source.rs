@@ -88,7 +88,8 @@ impl ModelSource {
         let dir = match self.weights()? {
             Weights::Folder(dir) => check_folder(&dir, &[Part::Network, Part::Tokenizer]).map(|()| dir)?,
             Weights::Random(config) => {
-                return Ok(Decider::new(demo::random_model(&config, weights, device), Prompter::demo(), device, self.to_string())?);
+                let network = || Ok(demo::random_model(&config, weights, device));
+                return Ok(Decider::build(|| Ok(Prompter::demo()), network, device, self.to_string())?);
             }
         };
         Decider::load_with_weights(&dir, weights, device).with_context(|| format!("loading the model in {}", dir.display()))

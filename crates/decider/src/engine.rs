@@ -43,14 +43,30 @@ impl<B: Qwen35Ops> Decider<B> {
     /// the router, the recurrent state and the readout stay f32).
     pub fn load_with_weights(dir: impl AsRef<Path>, weights: WeightFormat, device: &B::Device) -> Result<Self, DeciderError> {
         let dir = dir.as_ref();
-        let prompter = Prompter::from_dir(dir)?;
-        let (_, model) = qwen35::load_model_with_weights::<B>(dir, weights, device)?;
-        Self::new(model, prompter, device, dir.display().to_string())
+        let network = || Ok(qwen35::load_model_with_weights::<B>(dir, weights, device)?.1);
+        Self::build(|| Prompter::from_dir(dir), network, device, dir.display().to_string())
     }
 
     /// The `demo` model (random weights from a fixed seed, test tokenizer).
     pub fn demo(device: &B::Device) -> Self {
-        Self::new(demo_model(device), Prompter::demo(), device, "demo".into()).expect("the demo model fits its tokenizer")
+        Self::build(|| Ok(Prompter::demo()), || Ok(demo_model(device)), device, "demo".into()).expect("the demo model fits its tokenizer")
+    }
+
+    /// [`Decider::new`] from a prompter and a network made at the same time: `prompter` runs on a
+    /// second thread while this one runs `network` (reading a Qwen3.5 tokenizer takes most of a
+    /// second on one core). A prompter's error is reported before the network's.
+    pub fn build(
+        prompter: impl FnOnce() -> Result<Prompter, DeciderError> + Send,
+        network: impl FnOnce() -> Result<Qwen35Model<B>, DeciderError>,
+        device: &B::Device,
+        source: String,
+    ) -> Result<Self, DeciderError> {
+        let (prompter, network) = std::thread::scope(|scope| {
+            let prompter = scope.spawn(prompter);
+            let network = network();
+            (prompter.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), network)
+        });
+        Self::new(network?, prompter?, device, source)
     }
 
     /// A decider from parts; the tokenizer's ids must fit the model's vocabulary.

@@ -133,17 +133,23 @@ impl LabelTable {
 /// `tokenizers`' own reader takes the model through untagged serde layers
 /// (`models/mod.rs`, `ModelWrapper`'s `Deserialize`) that buffer and copy each of the Qwen3.5
 /// model's 750,000 entries several times: three quarters of the demo model's start-up. Here the
-/// vocabulary and merges are read straight into the maps the BPE builder takes; the rest of the
-/// file is read by `tokenizers` itself, and the added tokens are added after the model, as its
-/// reader adds them (`tokenizer/serialization.rs`), their ids checked against the file's.
+/// vocabulary and merges are read straight into the maps the BPE builder takes, the vocabulary
+/// on a second thread while this one reads the rest (each skips what the other reads); the rest
+/// of the file is read by `tokenizers` itself, and the added tokens are added after the model, as
+/// its reader adds them (`tokenizer/serialization.rs`), their ids checked against the file's.
 fn read_bpe_directly(json: &[u8]) -> Option<Result<tokenizers::Tokenizer, String>> {
-    let file: TokenizerFile = serde_json::from_slice(json).ok()?;
+    let (vocab, file) = std::thread::scope(|scope| {
+        let vocab = scope.spawn(|| serde_json::from_slice::<VocabFile>(json));
+        let file = serde_json::from_slice::<TokenizerFile>(json);
+        (vocab.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), file)
+    });
+    let (file, vocab) = (file.ok()?, vocab.ok()?.model.vocab);
     if file.model.kind.as_deref() != Some("BPE") {
         return None;
     }
     Some((|| {
         let TokenizerFile { model, added_tokens, mut rest } = file;
-        let bpe = bpe_model(model)?;
+        let bpe = bpe_model(vocab, model)?;
         rest.insert("added_tokens".into(), Value::Array(vec![]));
         rest.insert("model".into(), serde_json::json!({"type": "BPE", "vocab": {}, "merges": []}));
         let mut tokenizer: tokenizers::Tokenizer = serde_json::from_value(Value::Object(rest)).map_err(|e| e.to_string())?;
@@ -170,15 +176,33 @@ struct TokenizerFile {
     rest: serde_json::Map<String, Value>,
 }
 
-/// A `tokenizer.json`'s `"model"`: a BPE model's vocabulary and merges typed, its options as JSON.
+/// A `tokenizer.json`'s `"model"`: a BPE model's merges typed, its options as JSON (the
+/// vocabulary is skipped: [`VocabFile`] reads it).
 #[derive(serde::Deserialize)]
 struct ModelFile {
     #[serde(rename = "type")]
     kind: Option<String>,
-    vocab: std::collections::HashMap<String, u32, ahash::RandomState>,
+    /// Named so that the flattened options do not collect it.
+    #[serde(rename = "vocab")]
+    _vocab: serde::de::IgnoredAny,
     merges: Vec<Merge>,
     #[serde(flatten)]
     options: serde_json::Map<String, Value>,
+}
+
+/// A `tokenizer.json` read for its model's vocabulary alone (everything else is skipped).
+#[derive(serde::Deserialize)]
+struct VocabFile {
+    model: VocabModel,
+}
+
+/// Token to id.
+type Vocab = std::collections::HashMap<String, u32, ahash::RandomState>;
+
+/// A BPE model's vocabulary.
+#[derive(serde::Deserialize)]
+struct VocabModel {
+    vocab: Vocab,
 }
 
 /// A merge as `tokenizers` writes it: a pair of strings, or the older `"a b"`.
@@ -212,8 +236,8 @@ impl<'de> serde::Deserialize<'de> for Merge {
 
 /// The BPE model of a `tokenizer.json`'s `"model"`, with the defaults of `tokenizers`' own
 /// reader (`models/bpe/serialization.rs`).
-fn bpe_model(model: ModelFile) -> Result<BPE, String> {
-    let ModelFile { vocab, merges, options: model, .. } = model;
+fn bpe_model(vocab: Vocab, model: ModelFile) -> Result<BPE, String> {
+    let ModelFile { merges, options: model, .. } = model;
     let merges = merges.into_iter().map(|Merge(a, b)| (a, b)).collect();
     let text = |key: &str| model.get(key).and_then(Value::as_str).map(str::to_string);
     let flag = |key: &str| model.get(key).and_then(Value::as_bool);

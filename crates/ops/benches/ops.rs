@@ -112,14 +112,13 @@ fn bench_backend<B: ExpertCount + UnitLowerInverse + Q8Matmul>(c: &mut Criterion
     group.finish();
 }
 
-#[allow(deprecated)] // burn-candle is deprecated upstream from 0.21; still a supported backend here.
 fn benches(c: &mut Criterion) {
-    #[cfg(feature = "ndarray")]
-    bench_backend::<burn::backend::NdArray>(c, "ndarray");
-    #[cfg(feature = "candle")]
-    bench_backend::<burn::backend::Candle>(c, "candle");
-    #[cfg(feature = "wgpu")]
-    bench_backend::<burn::backend::Wgpu>(c, "wgpu");
+    macro_rules! bench {
+        ($name:ident, $backend:ty, $about:literal) => {
+            bench_backend::<$backend>(c, stringify!($name));
+        };
+    }
+    decider_ops::for_each_backend!(bench);
 }
 
 criterion_group!(ops, benches);

@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod backend_list;
 mod backends;
 #[cfg(feature = "cpu-kernels")]
 pub mod cpu;

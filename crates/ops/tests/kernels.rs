@@ -1,4 +1,3 @@
-#![allow(deprecated)] // burn-candle is deprecated upstream from burn 0.21; still a supported backend here.
 //! Every backend's kernels (specialised where the backend has one) against the generic tensor-op
 //! implementations, the naive tensor-op baselines and plain reference loops, on random inputs and
 //! edge cases. Each backend compiled in gets the same suite.
@@ -446,57 +445,59 @@ fn q8_blocks_round_as_llama_cpp_q8_0() {
     }
 }
 
+/// The suite on a backend, and (feature `autodiff`) on that backend inside `Autodiff`, whose
+/// extensions must give the same values.
 macro_rules! backend_suite {
-    ($name:ident, $backend:ty, with_by_rows: $by_rows:expr) => {
+    (tests: $backend:ty, $name:expr) => {
+        type B = $backend;
+
+        #[test]
+        fn expert_count_matches_the_naive_histogram() {
+            check_counts::<B>(&Default::default());
+        }
+
+        #[test]
+        fn inverse_matches_forward_substitution() {
+            check_inverses::<B>(&Default::default(), $name != "wgpu");
+        }
+
+        #[test]
+        fn inverse_reads_only_the_strictly_lower_part() {
+            check_inverse_reads_only_the_strictly_lower_part::<B>(&Default::default());
+        }
+
+        #[test]
+        fn inverse_of_an_empty_batch_is_empty() {
+            check_empty_batch::<B>(&Default::default());
+        }
+
+        #[test]
+        fn dense_matmul_matches_plain_loops() {
+            check_dense_matmul::<B>(&Default::default());
+        }
+
+        #[test]
+        fn q8_matmul_matches_plain_loops() {
+            check_q8_matmul::<B>(&Default::default());
+        }
+
+        #[test]
+        fn delta_rule_matches_its_definition() {
+            check_delta_rule::<B>(&Default::default());
+        }
+    };
+    ($name:ident, $backend:ty, $about:literal) => {
         mod $name {
             use super::*;
-            type B = $backend;
+            backend_suite!(tests: $backend, stringify!($name));
 
-            #[test]
-            fn expert_count_matches_the_naive_histogram() {
-                check_counts::<B>(&Default::default());
-            }
-
-            #[test]
-            fn inverse_matches_forward_substitution() {
-                check_inverses::<B>(&Default::default(), $by_rows);
-            }
-
-            #[test]
-            fn inverse_reads_only_the_strictly_lower_part() {
-                check_inverse_reads_only_the_strictly_lower_part::<B>(&Default::default());
-            }
-
-            #[test]
-            fn inverse_of_an_empty_batch_is_empty() {
-                check_empty_batch::<B>(&Default::default());
-            }
-
-            #[test]
-            fn dense_matmul_matches_plain_loops() {
-                check_dense_matmul::<B>(&Default::default());
-            }
-
-            #[test]
-            fn q8_matmul_matches_plain_loops() {
-                check_q8_matmul::<B>(&Default::default());
-            }
-
-            #[test]
-            fn delta_rule_matches_its_definition() {
-                check_delta_rule::<B>(&Default::default());
+            #[cfg(feature = "autodiff")]
+            mod autodiff {
+                use super::*;
+                backend_suite!(tests: burn::backend::Autodiff<$backend>, stringify!($name));
             }
         }
     };
 }
 
-#[cfg(feature = "ndarray")]
-backend_suite!(ndarray, burn::backend::NdArray, with_by_rows: true);
-#[cfg(all(feature = "ndarray", feature = "autodiff"))]
-backend_suite!(autodiff_ndarray, burn::backend::Autodiff<burn::backend::NdArray>, with_by_rows: true);
-#[cfg(feature = "candle")]
-backend_suite!(candle, burn::backend::Candle, with_by_rows: true);
-#[cfg(feature = "wgpu")]
-backend_suite!(wgpu, burn::backend::Wgpu, with_by_rows: false);
-#[cfg(feature = "wgpu")]
-backend_suite!(autodiff_wgpu, burn::backend::Autodiff<burn::backend::Wgpu>, with_by_rows: false);
+decider_ops::for_each_backend!(backend_suite);

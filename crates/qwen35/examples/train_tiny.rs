@@ -2,11 +2,11 @@
 //! feed-forward between an embedding and an output head, trained for a few steps with Adam to
 //! predict the next token of a repeating sequence.
 //!
-//! Run: `cargo run --release -p qwen35 --example train_tiny [--features wgpu]` (Autodiff<NdArray>,
-//! and Autodiff<Wgpu> when compiled in). The backend only has to implement
-//! `qwen35::Qwen35Ops` (the two special ops) besides burn's own.
+//! Run: `cargo run --release -p qwen35 --example train_tiny [--features decider-ops/wgpu]`: it
+//! trains on `Autodiff<B>` for every backend compiled in (`decider_ops::for_each_backend!`). The
+//! backend only has to implement `qwen35::Qwen35Ops` (the special ops) besides burn's own.
 
-use burn::backend::{Autodiff, NdArray};
+use burn::backend::Autodiff;
 use burn::module::{AutodiffModule, Module};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
@@ -92,7 +92,10 @@ fn report(backend: &str, losses: &[f32]) {
 }
 
 fn main() {
-    report("ndarray", &train::<Autodiff<NdArray>>(30));
-    #[cfg(feature = "wgpu")]
-    report("wgpu", &train::<Autodiff<burn::backend::Wgpu>>(30));
+    macro_rules! train_on {
+        ($name:ident, $backend:ty, $about:literal) => {
+            report(stringify!($name), &train::<Autodiff<$backend>>(30));
+        };
+    }
+    decider_ops::for_each_backend!(train_on);
 }
