@@ -194,8 +194,9 @@ pub fn py_repr(value: &Json) -> String {
     }
 }
 
-/// `repr(s)` of a Python string: single quotes unless the text has a single quote and no
-/// double quote; backslash escapes for the quote, backslash and non-printable ASCII.
+/// `repr(s)` of a Python string (`unicode_repr` in CPython's `Objects/unicodeobject.c`): single
+/// quotes unless the text has a single quote and no double quote; backslash escapes for the
+/// quote, the backslash, `\n`, `\r`, `\t` and every character that is not printable.
 fn str_repr(s: &str) -> String {
     let quote = if s.contains('\'') && !s.contains('"') { '"' } else { '\'' };
     let mut out = String::new();
@@ -210,12 +211,29 @@ fn str_repr(s: &str) -> String {
                 out.push('\\');
                 out.push(c);
             }
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if !python_printable(c) => match c as u32 {
+                code @ ..0x100 => out.push_str(&format!("\\x{code:02x}")),
+                code @ ..0x10000 => out.push_str(&format!("\\u{code:04x}")),
+                code => out.push_str(&format!("\\U{code:08x}")),
+            },
             c => out.push(c),
         }
     }
     out.push(quote);
     out
+}
+
+/// Python's `str.isprintable()` of one character (`Py_UNICODE_ISPRINTABLE`): false for the
+/// general categories Cc, Cf, Cs, Co, Cn, Zl, Zp and Zs, the space excepted. The categories are
+/// Unicode 16.0's; CPython 3.11 has 14.0's, so the characters assigned since (new CJK, scripts,
+/// symbols) are printable here and escaped there.
+fn python_printable(c: char) -> bool {
+    use unicode_general_category::{GeneralCategory::*, get_general_category};
+    c == ' '
+        || !matches!(
+            get_general_category(c),
+            Control | Format | Surrogate | PrivateUse | Unassigned | LineSeparator | ParagraphSeparator | SpaceSeparator
+        )
 }
 
 /// Python's `bool(v)` of a JSON value.
