@@ -1,6 +1,7 @@
 //! Backend parity of whole decisions: the demo model (same seeded weights on every backend)
 //! gives every backend the label logits and probabilities of ndarray, through the shared-prefix
-//! fork and the batched question rows, within 1e-4.
+//! fork and the batched question rows, within 1e-4 (on ndarray itself: two independent builds,
+//! and bit for bit in `ndarray_decisions_are_deterministic`).
 
 use decider::{Answer, Decider, SystemOneRequest};
 use qwen35::Qwen35Ops;

@@ -10,7 +10,7 @@
 //! The output measured is the final-norm hidden states: a decision projects only its label rows,
 //! never the 248,320-column head, so the vocabulary is cut to 1,024 and the head is not part of
 //! the work. Per token count: one untimed forward, then the best of `DECIDER_BENCH_RUNS` (default
-//! 3; one run past 4,096 tokens) in tokens/s, and the peak resident memory of those forwards over
+//! 3) in tokens/s (past 4,096 tokens a single timed forward), and the peak resident memory of those forwards over
 //! the resident memory of the built model (Linux: the peak is reset through
 //! `/proc/self/clear_refs`). Every format of a backend is measured in the same run, so their
 //! ratios are the figures to read.

@@ -14,7 +14,7 @@
 //!
 //! First, the start-up of a one-shot command: `decider info` builds or loads the whole model, as
 //! every `decide` and `forward` call does, timed against `decider backends`, a process that loads
-//! nothing.
+//! nothing (5 runs each; `DECIDER_BENCH_STARTUP=0` skips it, e.g. for a large model folder).
 
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -31,7 +31,9 @@ fn main() {
     // Relative config paths are taken from the workspace root, where `cargo xtask bench` runs.
     command.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     let weights = std::env::var("DECIDER_BENCH_WEIGHTS").unwrap_or_else(|_| "f32".into());
-    start_up(&model, &weights);
+    if std::env::var("DECIDER_BENCH_STARTUP").map_or(true, |v| v != "0") {
+        start_up(&model, &weights);
+    }
     command.args(["serve", "--model", &model, "--weights", &weights, "--addr", "127.0.0.1:0"]);
     if let Ok(backend) = std::env::var("DECIDER_BENCH_BACKEND") {
         command.args(["--backend", &backend]);
@@ -102,6 +104,7 @@ fn start_up(model: &str, weights: &str) {
 
 /// The largest peak resident memory of this process's finished children, in KiB (0 where the
 /// system does not say).
+#[cfg(unix)]
 fn children_peak_kib() -> i64 {
     // SAFETY: getrusage only writes the struct it is given.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -109,7 +112,13 @@ fn children_peak_kib() -> i64 {
         return 0;
     }
     // Linux reports KiB, macOS bytes.
-    if cfg!(target_os = "macos") { usage.ru_maxrss / 1024 } else { usage.ru_maxrss }
+    let peak = i64::from(usage.ru_maxrss);
+    if cfg!(target_os = "macos") { peak / 1024 } else { peak }
+}
+
+#[cfg(not(unix))]
+fn children_peak_kib() -> i64 {
+    0
 }
 
 /// Decisions/s of `requests` decisions one at a time, then from [`CLIENTS`] clients at once.

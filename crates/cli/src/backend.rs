@@ -24,7 +24,7 @@ impl BackendName {
 
     /// The default `--backend`: the first one compiled in.
     pub fn default_name() -> BackendName {
-        *Self::compiled_in().first().expect("decider-ops is built with at least one backend feature (ndarray, its default)")
+        *Self::compiled_in().first().expect("this build has no backend: enable one of decider-ops' backend features (ndarray, candle, wgpu)")
     }
 }
 

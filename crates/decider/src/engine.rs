@@ -14,7 +14,9 @@ use crate::answer::{assemble, argmax};
 use crate::demo::demo_model;
 use crate::error::DeciderError;
 use crate::prompt::{Plan, Row};
+use crate::config::DeciderConfig;
 use crate::prompter::Prompter;
+use crate::tokenizer::Tokenizer;
 use crate::readout::probabilities;
 use crate::schedule::{batches, schedule};
 use crate::wire::{DecideAnswer, DecideQuestion, SystemOneRequest, SystemOneResponse, Usage};
@@ -43,8 +45,11 @@ impl<B: Qwen35Ops> Decider<B> {
     /// the router, the recurrent state and the readout stay f32).
     pub fn load_with_weights(dir: impl AsRef<Path>, weights: WeightFormat, device: &B::Device) -> Result<Self, DeciderError> {
         let dir = dir.as_ref();
+        // The small decider_config.json first: a mistake in it stops the load before the weights.
+        let config = DeciderConfig::from_dir(dir)?;
+        let prompter = || Ok(Prompter { tokenizer: Tokenizer::from_file(dir.join("tokenizer.json"))?, config });
         let network = || Ok(qwen35::load_model_with_weights::<B>(dir, weights, device)?.1);
-        Self::build(|| Prompter::from_dir(dir), network, device, dir.display().to_string())
+        Self::build(prompter, network, device, dir.display().to_string())
     }
 
     /// The `demo` model (random weights from a fixed seed, test tokenizer).
@@ -66,7 +71,8 @@ impl<B: Qwen35Ops> Decider<B> {
             let network = network();
             (prompter.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), network)
         });
-        Self::new(network?, prompter?, device, source)
+        let prompter = prompter?;
+        Self::new(network?, prompter, device, source)
     }
 
     /// A decider from parts; the tokenizer's ids must fit the model's vocabulary.
