@@ -10,8 +10,8 @@
 //! The output measured is the final-norm hidden states: a decision projects only its label rows,
 //! never the 248,320-column head, so the vocabulary is cut to 1,024 and the head is not part of
 //! the work. Per token count: one untimed forward, then the best of `DECIDER_BENCH_RUNS` (default
-//! 3) in tokens/s (past 4,096 tokens a single timed forward), and the peak resident memory of those forwards over
-//! the resident memory of the built model (Linux: the peak is reset through
+//! 3) in tokens/s (past 4,096 tokens a single timed forward), and the peak resident memory of
+//! those forwards over the resident memory of the built model (Linux: the peak is reset through
 //! `/proc/self/clear_refs`). Every format of a backend is measured in the same run, so their
 //! ratios are the figures to read.
 //!
@@ -24,7 +24,7 @@ use std::time::Instant;
 
 use burn::tensor::{Int, Tensor, TensorData};
 use decider::demo::random_model;
-use integration_tests::fixture_path;
+use integration_tests::{fixture_path, process_memory_bytes};
 use qwen35::{LayerType, Qwen35Config, Qwen35Ops, WeightFormat};
 
 /// Longer states are timed once.
@@ -62,12 +62,8 @@ fn list(name: &str, default: &str) -> Vec<String> {
 
 /// Resident and peak resident memory of this process in MiB (Linux; zeros elsewhere).
 fn memory_mib() -> (u64, u64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| -> u64 {
-        let line = status.lines().find(|line| line.starts_with(name));
-        line.and_then(|line| line.split_whitespace().nth(1)?.parse::<u64>().ok()).unwrap_or(0) / 1024
-    };
-    (field("VmRSS:"), field("VmHWM:"))
+    let mib = |field| process_memory_bytes("self", field).unwrap_or(0) >> 20;
+    (mib("VmRSS:"), mib("VmHWM:"))
 }
 
 fn bench_backend<B: Qwen35Ops>(backend: &str) {

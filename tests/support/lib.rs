@@ -15,6 +15,15 @@ pub fn fixture_path(relative: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(relative)
 }
 
+/// A memory figure in bytes of the process `pid` (`"self"` for this one) from Linux's
+/// `/proc/PID/status`: `"VmRSS:"` (resident now) or `"VmHWM:"` (peak resident); `None` where
+/// there is none.
+pub fn process_memory_bytes(pid: &str, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: u64 = status.lines().find(|l| l.starts_with(field))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 /// A copy of every file of the fixture folder `relative` in a temporary folder, to break.
 pub fn fixture_copy(relative: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();

@@ -59,12 +59,9 @@ impl Server {
         read(ureq::get(&format!("{}{path}", self.base)).call())
     }
 
-    /// A memory figure of the server process in bytes, from Linux's `/proc/PID/status`:
-    /// `"VmRSS:"` (resident now) or `"VmHWM:"` (peak resident); `None` where there is none.
+    /// A memory figure of the server process in bytes ([`crate::process_memory_bytes`]).
     pub fn memory_bytes(&self, field: &str) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
-        let kib: u64 = status.lines().find(|l| l.starts_with(field))?.split_whitespace().nth(1)?.parse().ok()?;
-        Some(kib * 1024)
+        crate::process_memory_bytes(&self.child.id().to_string(), field)
     }
 
     /// What the server wrote to stderr so far.

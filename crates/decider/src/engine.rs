@@ -16,7 +16,6 @@ use crate::error::DeciderError;
 use crate::prompt::{Plan, Row};
 use crate::config::DeciderConfig;
 use crate::prompter::Prompter;
-use crate::tokenizer::Tokenizer;
 use crate::readout::probabilities;
 use crate::schedule::{batches, schedule};
 use crate::wire::{DecideAnswer, DecideQuestion, SystemOneRequest, SystemOneResponse, Usage};
@@ -47,7 +46,7 @@ impl<B: Qwen35Ops> Decider<B> {
         let dir = dir.as_ref();
         // The small decider_config.json first: a mistake in it stops the load before the weights.
         let config = DeciderConfig::from_dir(dir)?;
-        let prompter = || Ok(Prompter { tokenizer: Tokenizer::from_file(dir.join("tokenizer.json"))?, config });
+        let prompter = || Prompter::with_config(dir, config);
         let network = || Ok(qwen35::load_model_with_weights::<B>(dir, weights, device)?.1);
         Self::build(prompter, network, device, dir.display().to_string())
     }

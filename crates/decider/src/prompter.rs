@@ -26,7 +26,12 @@ impl Prompter {
     /// `tokenizer.json` and `decider_config.json` (optional) of a model folder.
     pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self, DeciderError> {
         let dir = dir.as_ref();
-        Ok(Self { tokenizer: Tokenizer::from_file(dir.join("tokenizer.json"))?, config: DeciderConfig::from_dir(dir)? })
+        Self::with_config(dir, DeciderConfig::from_dir(dir)?)
+    }
+
+    /// `tokenizer.json` of a model folder, with its `decider_config.json` already read.
+    pub fn with_config(dir: &Path, config: DeciderConfig) -> Result<Self, DeciderError> {
+        Ok(Self { tokenizer: Tokenizer::from_file(dir.join("tokenizer.json"))?, config })
     }
 
     /// The demo model's tokenizer (the Qwen3.5 test tokenizer) and config.
