@@ -13,8 +13,8 @@
 //! random models it is amplified layer by layer (up to 0.15 of a layer's scale).
 
 use burn::module::{Module, Param, ParamId};
-use burn::tensor::{Tensor, TensorData};
-use decider_ops::{Q8_BLOCK, dequantize_q8, expert_matmul, q8_values, quantize_activations_q8, quantize_q8};
+use burn::tensor::{Int, Tensor, TensorData};
+use decider_ops::{Q8_BLOCK, dequantize_q8, grouped_matmul, q8_values, quantize_activations_q8, quantize_q8};
 use integration_tests::{LAYOUTS, MODELS, fixture_copy, fixture_path, relative_check, rewrite_tensors};
 use qwen35::decoder::{FeedForward, TokenMixer};
 use qwen35::format::Q8Weight;
@@ -120,9 +120,9 @@ fn check_model<B: Qwen35Ops>(model_name: &str, layout: &str) {
     assert!(in_q8 > 0, "{model_name}: the q8 load kept every projection in f32");
 }
 
-/// Routed experts in Q8_0 equal f32 experts holding the rounded weights, expert by expert (the
-/// fixture MoE's expert width, 16, is not a whole block, so this is checked on a block-sized MoE
-/// block).
+/// Routed experts in Q8_0 equal f32 experts holding the rounded weights, through the grouped
+/// matmuls of both formats, with experts of no rows, one row and several (the fixture MoE's
+/// expert width, 16, is not a whole block, so this is checked on a block-sized MoE block).
 fn check_experts<B: Qwen35Ops>() {
     let device = Default::default();
     let (e, h, i) = (8, 64, 32);
@@ -139,11 +139,12 @@ fn check_experts<B: Qwen35Ops>() {
             values: Param::initialized(ParamId::new(), q8_values(q, [batch, d_out, d_in], &device)),
             scales: Param::from_tensor(Tensor::from_data(TensorData::new(scales, [batch, d_out, d_in / Q8_BLOCK]), &device)),
         };
-        let x = rounded_input::<B>(37, d_in, 3, &device);
-        for expert in 0..batch {
-            let expected = expert_matmul(x.clone(), rounded.clone(), expert);
-            relative_check(&format!("{name} expert {expert}"), &values(q8.matmul(x.clone(), expert)), &values(expected), TOLERANCE);
-        }
+        let counts: [i64; 8] = [3, 0, 1, 7, 0, 0, 2, 5];
+        assert_eq!(batch, counts.len());
+        let x = rounded_input::<B>(counts.iter().sum::<i64>() as usize, d_in, 3, &device);
+        let counts = Tensor::<B, 1, Int>::from_data(TensorData::new(counts.to_vec(), [batch]), &device);
+        let expected = grouped_matmul(x.clone(), rounded, counts.clone());
+        relative_check(name, &values(q8.grouped_matmul(x, counts)), &values(expected), TOLERANCE);
     }
 }
 

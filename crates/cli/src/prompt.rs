@@ -14,7 +14,7 @@ pub struct PromptArgs {
     /// Model folder (only tokenizer.json and decider_config.json are read), or `demo`.
     #[arg(long)]
     pub model: ModelSource,
-    /// A /v1/systemone request body as JSON, or @FILE holding it:
+    /// A /v1/systemone request body as JSON, or a file holding it (FILE or @FILE):
     /// {"state": ..., "questions": {...}, "independent": true}.
     #[arg(long)]
     pub request: String,
@@ -25,8 +25,18 @@ pub struct PromptArgs {
     pub server: bool,
 }
 
+/// The body given inline, or read from a file: a body is an object, so an argument that does
+/// not start with `{` names a file (with or without the `@` that `decide` takes).
+fn request_text(argument: &str) -> anyhow::Result<String> {
+    if argument.trim_start().starts_with('{') {
+        return Ok(argument.to_string());
+    }
+    let path = argument.strip_prefix('@').unwrap_or(argument);
+    std::fs::read_to_string(path).with_context(|| format!("reading the request from {path}"))
+}
+
 pub fn run(args: &PromptArgs) -> anyhow::Result<()> {
-    let text = crate::decide::text_or_file(&args.request)?;
+    let text = request_text(&args.request)?;
     // Read as the server reads a body (Python's `json.loads`), so both print the same prompt.
     let body = loads(text.as_bytes()).context("the request is not valid JSON")?;
     let field = |name: &str| body.get(name).with_context(|| format!("the request has no \"{name}\""));

@@ -20,13 +20,16 @@ fn prompt_prints_the_reference_rows() {
     let request = dir.path().join("request.json");
     std::fs::write(&request, &body).unwrap();
     let expected: Vec<Value> = case["rows"].as_array().unwrap().iter().map(|r| json!({"ids": r["ids"], "slots": r["slots"]})).collect();
-    // The request from a file (@FILE) or inline, as `decide` takes its state.
-    for argument in [format!("@{}", request.display()), body] {
+    // The request from a file (@FILE, as `decide` takes its state, or FILE) or inline.
+    for argument in [format!("@{}", request.display()), request.display().to_string(), body] {
         let (ok, stdout, stderr) = decider(&["prompt", "--model", "demo", "--request", &argument]);
         assert!(ok, "{stderr}");
         let printed: Value = serde_json::from_str(&stdout).unwrap();
         assert_eq!(printed["rows"], Value::Array(expected.clone()), "case {}", case["name"]);
     }
+    let missing = dir.path().join("missing.json");
+    let (ok, _, stderr) = decider(&["prompt", "--model", "demo", "--request", &missing.display().to_string()]);
+    assert!(!ok && stderr.contains("missing.json"), "a missing request file is named: {stderr}");
 }
 
 /// `decider prompt` prints the library's rows (`Decider.system_one`, which neutralises "none of

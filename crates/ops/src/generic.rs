@@ -1,10 +1,10 @@
 //! The generic implementations, written with burn tensor ops: every backend's default, always
 //! correct, and the yardstick the specialised kernels are tested and benchmarked against.
 
-use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Int, Tensor, TensorData, TensorMetadata, TensorPrimitive, backend::Backend};
+use burn::tensor::ops::{FloatTensor, IntTensor};
+use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
 
-use crate::UnitLowerInverse;
+use crate::{DenseMatmul, Q8Matmul, UnitLowerInverse};
 
 /// The generic count: each id compared with every expert index, summed over the ids, a chunk of
 /// ids at a time so memory stays bounded (`CHUNK x E`). Ids outside `0..E` match no index.
@@ -117,23 +117,69 @@ fn round_activations_q8<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
     x.clone() + (rounded.reshape([n, d_in]) - x).detach()
 }
 
-/// `x · weights[index]` with burn's matmul (`weights` `[in, out]` or `[experts, in, out]`).
-pub fn dense_matmul<B: Backend>(x: FloatTensor<B>, weights: FloatTensor<B>, index: usize) -> FloatTensor<B> {
+/// burn's `matmul`, `x [n, in] · weight [in, out]`.
+pub fn dense_matmul<B: Backend>(x: FloatTensor<B>, weight: FloatTensor<B>) -> FloatTensor<B> {
     let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(x));
-    let weight = match weights.shape().num_dims() {
-        2 => Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(weights)),
-        _ => {
-            let stacked = Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(weights));
-            let [_, d_in, d_out] = stacked.dims();
-            stacked.narrow(0, index, 1).reshape([d_in, d_out])
-        }
-    };
+    let weight = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(weight));
     let [n, _] = x.dims();
     if n == 0 {
         // burn-ndarray 0.21's matmul divides by zero on a 0-row input.
         return Tensor::<B, 2>::zeros([0, weight.dims()[1]], &x.device()).into_primitive().tensor();
     }
     x.matmul(weight).into_primitive().tensor()
+}
+
+/// [`crate::grouped_matmul`] as a [`DenseMatmul::dense_matmul`] per expert with rows.
+pub fn grouped_matmul<B: DenseMatmul>(x: FloatTensor<B>, weights: FloatTensor<B>, counts: IntTensor<B>) -> FloatTensor<B> {
+    let weights = Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(weights));
+    let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(x));
+    let [_, d_in, d_out] = weights.dims();
+    per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| {
+        let weight = weights.clone().narrow(0, expert, 1).reshape([d_in, d_out]);
+        Tensor::from_primitive(TensorPrimitive::Float(B::dense_matmul(x.into_primitive().tensor(), weight.into_primitive().tensor())))
+    })
+    .into_primitive()
+    .tensor()
+}
+
+/// [`crate::grouped_q8_matmul`] as a [`Q8Matmul::q8_matmul`] per expert with rows.
+pub fn grouped_q8_matmul<B: Q8Matmul>(x: FloatTensor<B>, values: IntTensor<B>, scales: FloatTensor<B>, counts: IntTensor<B>) -> FloatTensor<B> {
+    let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(x));
+    let values = Tensor::<B, 3, Int>::from_primitive(values);
+    let scales = Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(scales));
+    let [_, d_out, d_in] = values.dims();
+    per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| {
+        let values = values.clone().narrow(0, expert, 1).reshape([d_out, d_in]);
+        let scales = scales.clone().narrow(0, expert, 1).reshape([d_out, d_in / crate::Q8_BLOCK]);
+        crate::q8_matmul(x, values, scales)
+    })
+    .into_primitive()
+    .tensor()
+}
+
+/// The grouped products as a host loop: `x [rows, _]` cut into the `counts [experts]` rows of
+/// each expert (read back to the host), `product(rows, expert)` for each expert with rows, the
+/// results `[_, d_out]` concatenated in order.
+fn per_expert<B: Backend>(
+    x: Tensor<B, 2>,
+    counts: Tensor<B, 1, Int>,
+    d_out: usize,
+    product: impl Fn(Tensor<B, 2>, usize) -> Tensor<B, 2>,
+) -> Tensor<B, 2> {
+    let counts: Vec<i64> = counts.into_data().iter::<i64>().collect();
+    let mut outputs = Vec::new();
+    let mut start = 0;
+    for (expert, &count) in counts.iter().enumerate() {
+        let count = usize::try_from(count).expect("expert counts are not negative");
+        if count > 0 {
+            outputs.push(product(x.clone().narrow(0, start, count), expert));
+            start += count;
+        }
+    }
+    match outputs.is_empty() {
+        true => Tensor::zeros([0, d_out], &x.device()),
+        false => Tensor::cat(outputs, 0),
+    }
 }
 
 /// Tokens per chunk of [`chunked_gated_delta_rule`], as in transformers and FLA.

@@ -12,8 +12,8 @@ pub mod generic;
 pub mod reference;
 mod unit_lower_inverse;
 
-pub use dense_matmul::{DenseMatmul, dense_matmul, expert_matmul};
+pub use dense_matmul::{DenseMatmul, dense_matmul, grouped_matmul};
 pub use expert_count::{ExpertCount, expert_count};
 pub use gated_delta_rule::{GatedDeltaRule, gated_delta_rule};
-pub use q8_matmul::{Q8Matmul, Q8_BLOCK, dequantize_q8, q8_matmul, q8_values, quantize_activations_q8, quantize_q8};
+pub use q8_matmul::{Q8Matmul, Q8_BLOCK, dequantize_q8, grouped_q8_matmul, q8_matmul, q8_values, quantize_activations_q8, quantize_q8};
 pub use unit_lower_inverse::{UnitLowerInverse, unit_lower_inverse};

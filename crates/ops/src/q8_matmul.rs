@@ -48,6 +48,14 @@ pub trait Q8Matmul: Backend {
         let scales = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(scales));
         crate::generic::q8_matmul(x, values, scales).into_primitive().tensor()
     }
+
+    /// The grouped form (see [`crate::grouped_matmul`]): `x [rows, in]` sorted by expert,
+    /// `counts [experts]` rows each; `values [experts, out, in]` (each weight in
+    /// [`Q8Matmul::q8_layout`]) and `scales [experts, out, in / 32]`. Returns `[rows, out]`. The
+    /// default is a [`Q8Matmul::q8_matmul`] per expert with rows.
+    fn grouped_q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: FloatTensor<Self>, counts: IntTensor<Self>) -> FloatTensor<Self> {
+        crate::generic::grouped_q8_matmul::<Self>(x, values, scales, counts)
+    }
 }
 
 /// `x [n, in] · Wᵀ -> [n, out]` with `W [out, in]` given as Q8_0 `values` and `scales`.
@@ -61,6 +69,23 @@ pub fn q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales
         x.into_primitive().tensor(),
         values.into_primitive(),
         scales.into_primitive().tensor(),
+    )))
+}
+
+/// [`q8_matmul`] grouped by expert: `x [rows, in]`, sorted by expert with `counts [experts]`
+/// rows each (summing to `rows`), times each row's expert's weight, given as Q8_0 `values
+/// [experts, out, in]` and `scales [experts, out, in / 32]`. Returns `[rows, out]`.
+pub fn grouped_q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 3, Int>, scales: Tensor<B, 3>, counts: Tensor<B, 1, Int>) -> Tensor<B, 2> {
+    let ([_, d_in], [experts, out, v_in], [s_experts, s_out, blocks], [c]) = (x.dims(), values.dims(), scales.dims(), counts.dims());
+    assert!(
+        d_in == v_in && [s_experts, s_out, c] == [experts, out, experts] && blocks * Q8_BLOCK == d_in,
+        "grouped_q8_matmul: x [_, {d_in}], values [{experts}, {out}, {v_in}], scales [{s_experts}, {s_out}, {blocks}] and counts [{c}] do not match"
+    );
+    Tensor::from_primitive(TensorPrimitive::Float(B::grouped_q8_matmul(
+        x.into_primitive().tensor(),
+        values.into_primitive(),
+        scales.into_primitive().tensor(),
+        counts.into_primitive(),
     )))
 }
 

@@ -2,9 +2,9 @@
 //! implementations, the naive tensor-op baselines and plain reference loops, on random inputs and
 //! edge cases. Each backend compiled in gets the same suite.
 
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
 use decider_ops::{
-    DenseMatmul, ExpertCount, GatedDeltaRule, Q8_BLOCK, Q8Matmul, UnitLowerInverse, dense_matmul, dequantize_q8, expert_count, expert_matmul,
+    DenseMatmul, ExpertCount, GatedDeltaRule, Q8_BLOCK, Q8Matmul, UnitLowerInverse, dense_matmul, dequantize_q8, expert_count, grouped_matmul, grouped_q8_matmul,
     gated_delta_rule, generic, q8_matmul, q8_values, quantize_q8, reference, unit_lower_inverse,
 };
 
@@ -413,9 +413,117 @@ fn check_dense_matmul<B: Ops>(device: &B::Device) {
         let x_t = Tensor::<B, 2>::from_data(TensorData::new(x.clone(), [n, d_in]), device);
         let first = Tensor::<B, 2>::from_data(TensorData::new(weights[..d_in * d_out].to_vec(), [d_in, d_out]), device);
         check(format!("{n}x{d_in}x{d_out}"), dense_matmul(x_t.clone(), first), naive(0));
-        let stacked = Tensor::<B, 3>::from_data(TensorData::new(weights.clone(), [experts, d_in, d_out]), device);
-        for e in 0..experts {
-            check(format!("expert {e}, {n}x{d_in}x{d_out}"), expert_matmul(x_t.clone(), stacked.clone(), e), naive(e));
+    }
+}
+
+/// `(name, rows of each expert, d_in, d_out)`: no rows at all; one expert with every row, past
+/// the CPU's few-row kernel (64); single rows between empty experts, with more output columns
+/// than a parallel task takes (256) and a last tile narrower than any tile width; 16 experts
+/// of 0–8 rows as a router spreads them; a lone row of a long input. `d_in` is a whole number
+/// of Q8_0 blocks where the q8 form runs the case too.
+const GROUPED_CASES: [(&str, &[usize], usize, usize); 5] = [
+    ("no rows", &[0, 0, 0], 32, 3),
+    ("one expert has every row", &[0, 70, 0], 96, 65),
+    ("single rows and gaps", &[1, 0, 2, 0, 1], 33, 257),
+    ("a router's spread", &[3, 0, 8, 1, 5, 2, 0, 7, 4, 4, 6, 1, 0, 2, 3, 5], 64, 96),
+    ("a lone row of a long input", &[1], 4096, 5),
+];
+
+/// The expert of each row, for rows sorted by expert with `counts` rows each.
+fn expert_of_rows(counts: &[usize]) -> Vec<usize> {
+    counts.iter().enumerate().flat_map(|(e, &c)| std::iter::repeat_n(e, c)).collect()
+}
+
+/// `x · W[expert of row]` by plain loops in f64, for stacked `W [E, d_in, d_out]`.
+fn naive_grouped(x: &[f32], counts: &[usize], weights: &[f32], d_in: usize, d_out: usize) -> Vec<f64> {
+    let experts = expert_of_rows(counts);
+    let mut out = vec![0.0; experts.len() * d_out];
+    for (r, &e) in experts.iter().enumerate() {
+        for o in 0..d_out {
+            out[r * d_out + o] = (0..d_in).map(|i| x[r * d_in + i] as f64 * weights[(e * d_in + i) * d_out + o] as f64).sum();
+        }
+    }
+    out
+}
+
+fn counts_tensor<B: Backend>(counts: &[usize], device: &B::Device) -> Tensor<B, 1, Int> {
+    let counts: Vec<i64> = counts.iter().map(|&c| c as i64).collect();
+    Tensor::from_data(TensorData::new(counts.clone(), [counts.len()]), device)
+}
+
+fn check_grouped_matmul<B: Ops>(device: &B::Device) {
+    let mut rng = Rng(31);
+    for (name, counts, d_in, d_out) in GROUPED_CASES {
+        let rows: usize = counts.iter().sum();
+        let weights: Vec<f32> = (0..counts.len() * d_in * d_out).map(|_| rng.next_f32() - 0.5).collect();
+        let x: Vec<f32> = (0..rows * d_in).map(|_| 2.0 * rng.next_f32() - 1.0).collect();
+        let expected = naive_grouped(&x, counts, &weights, d_in, d_out);
+        let x_t = Tensor::<B, 2>::from_data(TensorData::new(x, [rows, d_in]), device);
+        let w_t = Tensor::<B, 3>::from_data(TensorData::new(weights, [counts.len(), d_in, d_out]), device);
+        let counts_t = counts_tensor::<B>(counts, device);
+        let generic = generic::grouped_matmul::<B>(x_t.clone().into_primitive().tensor(), w_t.clone().into_primitive().tensor(), counts_t.clone().into_primitive());
+        for (form, out) in [("kernel", grouped_matmul(x_t, w_t, counts_t)), ("generic", Tensor::from_primitive(TensorPrimitive::Float(generic)))] {
+            assert_eq!(out.dims(), [rows, d_out], "{form}, {name}");
+            let out: Vec<f32> = out.into_data().convert::<f32>().to_vec().unwrap();
+            for (k, (got, e)) in out.iter().zip(&expected).enumerate() {
+                assert!((*got as f64 - e).abs() <= 1e-5 * (d_in as f64).sqrt() + 1e-6, "{form}, {name}, entry {k}: {got} vs {e}");
+            }
+        }
+    }
+}
+
+fn check_grouped_q8_matmul<B: Ops>(device: &B::Device) {
+    let mut rng = Rng(37);
+    for (name, counts, d_in, d_out) in GROUPED_CASES.into_iter().filter(|(_, _, d_in, _)| d_in % Q8_BLOCK == 0) {
+        let (rows, experts) = (counts.iter().sum::<usize>(), counts.len());
+        let cases: Vec<_> = counts.iter().map(|&c| q8_case(&mut rng, c, d_out, d_in)).collect();
+        let (mut expected, mut magnitude) = (Vec::new(), Vec::new());
+        for ((x, values, scales), &c) in cases.iter().zip(counts) {
+            let (out, size) = naive_q8_matmul(x, c, values, scales, d_out, d_in);
+            expected.extend(out);
+            magnitude.extend(size);
+        }
+        let x: Vec<f32> = cases.iter().flat_map(|(x, _, _)| x.clone()).collect();
+        let values: Vec<i8> = cases.iter().flat_map(|(_, values, _)| values.clone()).collect();
+        let scales: Vec<f32> = cases.iter().flat_map(|(_, _, scales)| scales.clone()).collect();
+        let x_t = Tensor::<B, 2>::from_data(TensorData::new(x, [rows, d_in]), device);
+        let scales_t = Tensor::<B, 3>::from_data(TensorData::new(scales, [experts, d_out, d_in / Q8_BLOCK]), device);
+        let counts_t = counts_tensor::<B>(counts, device);
+        let values_t = q8_values::<B, 3>(values, [experts, d_out, d_in], device);
+        let kernel = grouped_q8_matmul(x_t.clone(), values_t.clone(), scales_t.clone(), counts_t.clone());
+        // The generic form is the backend's own q8 matmul per expert: it reads the same layout.
+        let generic = generic::grouped_q8_matmul::<B>(x_t.into_primitive().tensor(), values_t.into_primitive(), scales_t.into_primitive().tensor(), counts_t.into_primitive());
+        for (form, out) in [("kernel", kernel), ("generic", Tensor::from_primitive(TensorPrimitive::Float(generic)))] {
+            assert_eq!(out.dims(), [rows, d_out], "{form}, {name}");
+            check_outputs(&format!("{form}, {name}"), &out.into_data().convert::<f32>().to_vec::<f32>().unwrap(), &expected, &magnitude);
+        }
+    }
+}
+
+/// Every tile width of the CPU's few-row kernel this CPU runs (the test says which it cannot),
+/// on whole and partial tiles of rows and columns, against plain loops.
+#[cfg(feature = "cpu-kernels")]
+#[test]
+fn every_cpu_few_row_tile_matches_plain_loops() {
+    use decider_ops::cpu::few_rows::{Tiles, matmul_in};
+    let mut rng = Rng(41);
+    for (m, k, n, columns) in [(1, 1, 1, 0..1), (4, 33, 64, 0..64), (5, 70, 200, 7..200), (9, 3, 130, 0..130), (3, 0, 16, 0..16)] {
+        let w: Vec<f32> = (0..k * n).map(|_| rng.next_f32() - 0.5).collect();
+        let x: Vec<f32> = (0..m * k).map(|_| 2.0 * rng.next_f32() - 1.0).collect();
+        let full = naive_grouped(&x, &[m], &w, k, n);
+        for tiles in [Tiles::Avx512, Tiles::Avx2, Tiles::Portable] {
+            if !tiles.available() {
+                println!("this CPU does not run the {tiles:?} tiles: not checked here");
+                continue;
+            }
+            let mut out = vec![f32::NAN; m * columns.len()];
+            matmul_in(tiles, &x, m, &w, k, n, columns.clone(), &mut out);
+            for (r, row) in out.chunks(columns.len().max(1)).enumerate().take(m) {
+                for (c, got) in columns.clone().zip(row) {
+                    let e = full[r * n + c];
+                    assert!((*got as f64 - e).abs() <= 1e-5 * (k as f64).sqrt() + 1e-6, "{tiles:?}, {m}x{k}x{n} {columns:?}, row {r} column {c}: {got} vs {e}");
+                }
+            }
         }
     }
 }
@@ -479,6 +587,16 @@ macro_rules! backend_suite {
         #[test]
         fn q8_matmul_matches_plain_loops() {
             check_q8_matmul::<B>(&Default::default());
+        }
+
+        #[test]
+        fn grouped_matmul_matches_plain_loops() {
+            check_grouped_matmul::<B>(&Default::default());
+        }
+
+        #[test]
+        fn grouped_q8_matmul_matches_plain_loops() {
+            check_grouped_q8_matmul::<B>(&Default::default());
         }
 
         #[test]

@@ -13,7 +13,7 @@ use std::str::FromStr;
 
 use burn::module::{Module, Param, ParamId};
 use burn::tensor::{Int, Tensor, backend::Backend};
-use decider_ops::{Q8_BLOCK, Q8Matmul, q8_matmul};
+use decider_ops::{Q8_BLOCK, Q8Matmul, grouped_q8_matmul, q8_matmul};
 use serde::{Deserialize, Serialize};
 
 /// How the projection and expert weights are held in memory.
@@ -95,11 +95,17 @@ impl<B: Backend> Q8Weight<B> {
 }
 
 impl<B: Q8Matmul> Q8Weight<B> {
-    /// `x [n, in] · W[index]ᵀ -> [n, out]`.
-    pub fn matmul(&self, x: Tensor<B, 2>, index: usize) -> Tensor<B, 2> {
+    /// `x [n, in] · Wᵀ -> [n, out]` for a single weight (`batch` 1).
+    pub fn matmul(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         let [_, out, d_in] = self.values.lazy_shape().dims::<3>();
-        let values = self.values.val().narrow(0, index, 1).reshape([out, d_in]);
-        let scales = self.scales.val().narrow(0, index, 1).reshape([out, d_in / Q8_BLOCK]);
+        let values = self.values.val().reshape([out, d_in]);
+        let scales = self.scales.val().reshape([out, d_in / Q8_BLOCK]);
         q8_matmul(x, values, scales)
+    }
+
+    /// `x [rows, in]`, sorted by expert with `counts [batch]` rows each, times each row's
+    /// expert's `Wᵀ`: `[rows, out]`.
+    pub fn grouped_matmul(&self, x: Tensor<B, 2>, counts: Tensor<B, 1, Int>) -> Tensor<B, 2> {
+        grouped_q8_matmul(x, self.values.val(), self.scales.val(), counts)
     }
 }

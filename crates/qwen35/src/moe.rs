@@ -6,7 +6,7 @@ use burn::module::{Initializer, Module, Param};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation::{sigmoid, silu, softmax};
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, backend::Backend};
-use decider_ops::{ExpertCount, expert_count, expert_matmul};
+use decider_ops::{ExpertCount, expert_count, grouped_matmul};
 
 use crate::projection::ProjectionOps;
 
@@ -100,8 +100,9 @@ impl<B: ExpertCount + ProjectionOps> SparseMoe<B> {
     /// Routes each of the `[n, hidden]` tokens to its top-k experts and sums their outputs,
     /// weighted by the renormalised router probabilities.
     ///
-    /// The `n * k` (token, slot) pairs are sorted by expert, counted per expert, and each expert
-    /// runs once on its contiguous rows; the results are weighted and added back to their tokens.
+    /// The `n * k` (token, slot) pairs are sorted by expert and counted per expert; the grouped
+    /// matmuls then run every expert on its contiguous rows in one call per projection, and the
+    /// results are weighted and added back to their tokens.
     fn routed(&self, tokens: Tensor<B, 2>) -> Tensor<B, 2> {
         let [n, hidden] = tokens.dims();
         let k = self.num_experts_per_tok;
@@ -117,27 +118,16 @@ impl<B: ExpertCount + ProjectionOps> SparseMoe<B> {
 
         // Pairs in expert order; `order[p]` is the flat (token * k + slot) index of pair p.
         let (sorted_experts, order) = experts.reshape([n * k]).sort_with_indices(0);
-        let counts: Vec<i64> = expert_count(sorted_experts, num_experts).into_data().iter::<i64>().collect();
+        let counts = expert_count(sorted_experts, num_experts);
         // Token of flat pair p is p / k, gathered instead of divided (candle has no int division).
         let token_of_flat = Tensor::<B, 1, Int>::arange(0..n as i64, &device).unsqueeze_dim::<2>(1).expand([n, k]).reshape([n * k]);
         let token_of_pair = token_of_flat.select(0, order.clone());
         let pair_weights = weights.reshape([n * k]).select(0, order).reshape([n * k, 1]);
         let rows = tokens.select(0, token_of_pair.clone());
 
-        let mut outputs = Vec::new();
-        let mut offset = 0;
-        for (expert, &count) in counts.iter().enumerate() {
-            let count = count as usize;
-            if count == 0 {
-                continue;
-            }
-            let x = rows.clone().narrow(0, offset, count);
-            let h = self.experts.gate_up(x, expert);
-            let h = silu(h.clone().narrow(1, 0, intermediate)) * h.narrow(1, intermediate, intermediate);
-            outputs.push(self.experts.down(h, expert));
-            offset += count;
-        }
-        let expert_out = Tensor::cat(outputs, 0) * pair_weights;
+        let h = self.experts.gate_up(rows, counts.clone());
+        let h = silu(h.clone().narrow(1, 0, intermediate)) * h.narrow(1, intermediate, intermediate);
+        let expert_out = self.experts.down(h, counts) * pair_weights;
         Tensor::zeros([n, hidden], &device).select_assign(0, token_of_pair, expert_out, IndexingUpdateOp::Add)
     }
 }
@@ -160,19 +150,20 @@ impl<B: Backend> Experts<B> {
 }
 
 impl<B: ProjectionOps> Experts<B> {
-    /// `x [n, hidden] -> [n, 2I]`: expert `e`'s gate and up projections side by side.
-    fn gate_up(&self, x: Tensor<B, 2>, expert: usize) -> Tensor<B, 2> {
+    /// `x [rows, hidden] -> [rows, 2I]`, sorted by expert with `counts [E]` rows each: each row's
+    /// expert's gate and up projections side by side.
+    fn gate_up(&self, x: Tensor<B, 2>, counts: Tensor<B, 1, Int>) -> Tensor<B, 2> {
         match self {
-            Experts::Float(experts) => expert_matmul(x, experts.gate_up_proj.val(), expert),
-            Experts::Q8(experts) => experts.gate_up_proj.matmul(x, expert),
+            Experts::Float(experts) => grouped_matmul(x, experts.gate_up_proj.val(), counts),
+            Experts::Q8(experts) => experts.gate_up_proj.grouped_matmul(x, counts),
         }
     }
 
-    /// `h [n, I] -> [n, hidden]`: expert `e`'s down projection.
-    fn down(&self, h: Tensor<B, 2>, expert: usize) -> Tensor<B, 2> {
+    /// `h [rows, I] -> [rows, hidden]`, sorted as for [`Experts::gate_up`]: the down projections.
+    fn down(&self, h: Tensor<B, 2>, counts: Tensor<B, 1, Int>) -> Tensor<B, 2> {
         match self {
-            Experts::Float(experts) => expert_matmul(h, experts.down_proj.val(), expert),
-            Experts::Q8(experts) => experts.down_proj.matmul(h, expert),
+            Experts::Float(experts) => grouped_matmul(h, experts.down_proj.val(), counts),
+            Experts::Q8(experts) => experts.down_proj.grouped_matmul(h, counts),
         }
     }
 }

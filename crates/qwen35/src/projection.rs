@@ -47,7 +47,7 @@ impl<B: ProjectionOps> Projection<B> {
         let x = x.reshape([rows, d_input]);
         let out = match self {
             Projection::Float(linear) => dense_matmul(x, linear.weight.val()),
-            Projection::Q8(weight) => weight.matmul(x, 0),
+            Projection::Q8(weight) => weight.matmul(x),
         };
         dims[D - 1] = out.dims()[1];
         out.reshape(dims)

@@ -87,28 +87,65 @@ where
                 return generic::q8_matmul(x, values, scales).into_primitive().tensor();
             }
         };
-        Tensor::<Self, 2>::from_data(TensorData::new(out, [n, d_out]), &Default::default()).into_primitive().tensor()
+        float_tensor::<Self, 2>(out, [n, d_out])
+    }
+
+    fn grouped_q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: FloatTensor<Self>, counts: IntTensor<Self>) -> FloatTensor<Self> {
+        let ([rows, _], [_, d_out, d_in]) = (x.shape().dims::<2>(), values.shape().dims::<3>());
+        let out = match (&x, &values, &scales, host_counts(&counts)) {
+            (NdArrayTensor::F32(x), NdArrayTensor::I8(values), NdArrayTensor::F32(scales), Some(counts)) => {
+                with_slice!(x, |x| with_slice!(values, |values| with_slice!(scales, |scales| {
+                    cpu::grouped_q8_matmul(x, &counts, values, scales, d_out, d_in)
+                })))
+            }
+            _ => return generic::grouped_q8_matmul::<Self>(x, values, scales, counts),
+        };
+        float_tensor::<Self, 2>(out, [rows, d_out])
     }
 }
 
-/// [`cpu::dense_matmul`] on f32 operands read in place; other dtypes take burn's matmul.
+/// [`cpu::dense_matmul`] and [`cpu::grouped_matmul`] on f32 operands read in place; other
+/// dtypes take the generic forms.
 impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> DenseMatmul for NdArray<E, I, Q>
 where
     NdArrayTensor: From<SharedArray<E>> + From<SharedArray<I>>,
 {
-    fn dense_matmul(x: FloatTensor<Self>, weights: FloatTensor<Self>, index: usize) -> FloatTensor<Self> {
-        let [n, d_in] = x.shape().dims::<2>();
-        let shape = weights.shape();
-        let d_out = shape[shape.num_dims() - 1];
-        let size = d_in * d_out;
-        let out = match (&x, &weights) {
-            (NdArrayTensor::F32(x), NdArrayTensor::F32(weights)) => with_slice!(x, |x| with_slice!(weights, |weights| {
-                cpu::dense_matmul(x, n, &weights[index * size..(index + 1) * size], d_in, d_out)
-            })),
-            _ => return generic::dense_matmul::<Self>(x, weights, index),
+    fn dense_matmul(x: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {
+        let ([n, d_in], [_, d_out]) = (x.shape().dims::<2>(), weight.shape().dims::<2>());
+        let out = match (&x, &weight) {
+            (NdArrayTensor::F32(x), NdArrayTensor::F32(weight)) => {
+                with_slice!(x, |x| with_slice!(weight, |weight| cpu::dense_matmul(x, n, weight, d_in, d_out)))
+            }
+            _ => return generic::dense_matmul::<Self>(x, weight),
         };
-        Tensor::<Self, 2>::from_data(TensorData::new(out, [n, d_out]), &Default::default()).into_primitive().tensor()
+        float_tensor::<Self, 2>(out, [n, d_out])
     }
+
+    fn grouped_matmul(x: FloatTensor<Self>, weights: FloatTensor<Self>, counts: IntTensor<Self>) -> FloatTensor<Self> {
+        let ([rows, _], [_, d_in, d_out]) = (x.shape().dims::<2>(), weights.shape().dims::<3>());
+        let out = match (&x, &weights, host_counts(&counts)) {
+            (NdArrayTensor::F32(x), NdArrayTensor::F32(weights), Some(counts)) => {
+                with_slice!(x, |x| with_slice!(weights, |weights| cpu::grouped_matmul(x, &counts, weights, d_in, d_out)))
+            }
+            _ => return generic::grouped_matmul::<Self>(x, weights, counts),
+        };
+        float_tensor::<Self, 2>(out, [rows, d_out])
+    }
+}
+
+/// The expert counts as host numbers (`None` for an int type the kernels do not read).
+fn host_counts(counts: &NdArrayTensor) -> Option<Vec<usize>> {
+    let count = |c: i64| usize::try_from(c).expect("expert counts are not negative");
+    match counts {
+        NdArrayTensor::I64(s) => Some(with_slice!(s, |c| c.iter().map(|&c| count(c)).collect())),
+        NdArrayTensor::I32(s) => Some(with_slice!(s, |c| c.iter().map(|&c| count(c as i64)).collect())),
+        _ => None,
+    }
+}
+
+/// A float tensor of a backend from row-major f32 values.
+fn float_tensor<B: burn::tensor::backend::Backend, const D: usize>(values: Vec<f32>, shape: [usize; D]) -> FloatTensor<B> {
+    Tensor::<B, D>::from_data(TensorData::new(values, shape), &Default::default()).into_primitive().tensor()
 }
 
 /// [`cpu::delta_rule`] (token by token, the state in cache) on f32 inputs read in place; other

@@ -1,6 +1,7 @@
 //! Plain-Rust kernels for the CPU backends (ndarray, candle): one pass over the ids, forward
 //! substitution per matrix in parallel over the batch, sgemm on operands read in place, the
-//! Q8_0 matmul as an integer dot where the CPU has one, and the delta rule token by token.
+//! grouped (per-expert) products in one parallel pass, the Q8_0 matmul as an integer dot where
+//! the CPU has one, and the delta rule token by token.
 
 use num_traits::Float;
 use rayon::prelude::*;
@@ -8,6 +9,7 @@ use rayon::prelude::*;
 use crate::{dequantize_q8, quantize_activations_q8};
 
 pub mod delta_rule;
+pub mod few_rows;
 #[cfg(target_arch = "x86_64")]
 pub mod q8_vnni;
 
@@ -144,11 +146,21 @@ pub fn dequantized_q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f32],
 /// sgemm (its `threading` feature spreads a large product over the cores).
 pub fn dense_matmul(x: &[f32], n: usize, weight: &[f32], d_in: usize, d_out: usize) -> Vec<f32> {
     let mut out = vec![0f32; n * d_out];
+    sgemm(x, n, weight, d_in, d_out, &mut out);
+    out
+}
+
+/// [`dense_matmul`] into `out [n, d_out]`.
+fn sgemm(x: &[f32], n: usize, weight: &[f32], d_in: usize, d_out: usize, out: &mut [f32]) {
+    assert!(
+        x.len() == n * d_in && weight.len() == d_in * d_out && out.len() == n * d_out,
+        "sgemm: slices do not match [{n}, {d_in}] · [{d_in}, {d_out}]"
+    );
     if n == 0 || d_out == 0 {
-        return out;
+        return;
     }
     // SAFETY: the pointers cover `x [n, d_in]`, `weight [d_in, d_out]` and `out [n, d_out]`,
-    // row-major, in bounds and not aliased.
+    // row-major, in bounds (checked above) and not aliased.
     unsafe {
         matrixmultiply::sgemm(
             n,
@@ -167,5 +179,97 @@ pub fn dense_matmul(x: &[f32], n: usize, weight: &[f32], d_in: usize, d_out: usi
             1,
         );
     }
+}
+
+/// Rows of one expert above which [`grouped_matmul`] multiplies them with sgemm, whose packing
+/// of the weight pays for itself once it is reused by that many rows.
+const SGEMM_ROWS: usize = 64;
+
+/// Output columns of one expert per parallel task of [`grouped_matmul`]: 256 experts × 4–8
+/// tasks keep both cores busy even when only a few experts have rows.
+const TASK_COLUMNS: usize = 256;
+
+/// Where each group of rows starts: the running sum of `counts`.
+fn group_starts(counts: &[usize]) -> Vec<usize> {
+    counts.iter().scan(0, |next, &count| Some(std::mem::replace(next, *next + count))).collect()
+}
+
+/// The grouped product of an MoE layer (llama.cpp's `mul_mat_id`): `x [rows, d_in]` sorted by
+/// expert, `counts[e]` rows for expert `e`, each times its expert's `W [d_in, d_out]` of
+/// `weights [E, d_in, d_out]`; returns `[rows, d_out]`.
+///
+/// Experts with a few rows ([`few_rows`], which reads each weight once) run as (expert, column
+/// panel) tasks all in one parallel pass; experts with more than [`SGEMM_ROWS`] rows then run
+/// through sgemm, which threads each product itself.
+///
+/// # Panics
+/// If the slices do not match the shapes (`counts` summing to `rows`).
+pub fn grouped_matmul(x: &[f32], counts: &[usize], weights: &[f32], d_in: usize, d_out: usize) -> Vec<f32> {
+    let rows: usize = counts.iter().sum();
+    let size = d_in * d_out;
+    assert!(
+        x.len() == rows * d_in && weights.len() == counts.len() * size,
+        "grouped_matmul: x has {} values for {rows} rows of {d_in}; weights {} for {} experts [{d_in}, {d_out}]",
+        x.len(),
+        weights.len(),
+        counts.len()
+    );
+    let mut out = vec![0f32; rows * d_out];
+    if d_out == 0 {
+        return out;
+    }
+    let starts = group_starts(counts);
+    let rows_of = |e: usize| &x[starts[e] * d_in..(starts[e] + counts[e]) * d_in];
+    let weight = |e: usize| &weights[e * size..(e + 1) * size];
+
+    let few = (0..counts.len()).filter(|&e| (1..=SGEMM_ROWS).contains(&counts[e]));
+    let tasks: Vec<(usize, usize)> = few.flat_map(|e| (0..d_out).step_by(TASK_COLUMNS).map(move |column| (e, column))).collect();
+    let panels: Vec<Vec<f32>> = tasks
+        .par_iter()
+        .map(|&(e, column)| {
+            let columns = column..(column + TASK_COLUMNS).min(d_out);
+            let mut panel = vec![0f32; counts[e] * columns.len()];
+            few_rows::matmul(rows_of(e), counts[e], weight(e), d_in, d_out, columns, &mut panel);
+            panel
+        })
+        .collect();
+    for (&(e, column), panel) in tasks.iter().zip(&panels) {
+        let width = panel.len() / counts[e];
+        for (r, values) in panel.chunks_exact(width).enumerate() {
+            out[(starts[e] + r) * d_out + column..][..width].copy_from_slice(values);
+        }
+    }
+
+    for e in (0..counts.len()).filter(|&e| counts[e] > SGEMM_ROWS) {
+        sgemm(rows_of(e), counts[e], weight(e), d_in, d_out, &mut out[starts[e] * d_out..(starts[e] + counts[e]) * d_out]);
+    }
     out
+}
+
+/// [`grouped_matmul`] with the experts' weights in Q8_0 blocks, `[E, d_out, d_in]` (`values` in
+/// [`q8_layout`], `scales [E, d_out, d_in / 32]`): [`q8_matmul`] per expert, the experts in
+/// parallel (each product is parallel over its weight rows too).
+///
+/// # Panics
+/// If the slices do not match the shapes (`counts` summing to `rows`).
+pub fn grouped_q8_matmul(x: &[f32], counts: &[usize], values: &[i8], scales: &[f32], d_out: usize, d_in: usize) -> Vec<f32> {
+    let rows: usize = counts.iter().sum();
+    let (size, blocks) = (d_out * d_in, d_out * d_in / crate::Q8_BLOCK);
+    assert!(
+        x.len() == rows * d_in && values.len() == counts.len() * size && scales.len() == counts.len() * blocks,
+        "grouped_q8_matmul: x has {} values for {rows} rows of {d_in}; values {} and scales {} for {} experts [{d_out}, {d_in}]",
+        x.len(),
+        values.len(),
+        scales.len(),
+        counts.len()
+    );
+    let starts = group_starts(counts);
+    let products: Vec<Vec<f32>> = (0..counts.len())
+        .into_par_iter()
+        .map(|e| {
+            let x = &x[starts[e] * d_in..(starts[e] + counts[e]) * d_in];
+            q8_matmul(x, counts[e], &values[e * size..(e + 1) * size], &scales[e * blocks..(e + 1) * blocks], d_out, d_in)
+        })
+        .collect();
+    products.concat()
 }
