@@ -82,7 +82,7 @@ impl<B: Qwen35Ops> ModuleMapper<B> for SeededWeights {
 
     fn map_int<const D: usize>(&mut self, param: Param<Tensor<B, D, Int>>) -> Param<Tensor<B, D, Int>> {
         let shape = param.lazy_shape();
-        let &[batch, d_out, d_in] = shape.dims::<D>().as_slice() else { unreachable!("Q8 values are [batch, out, in]") };
+        let (batch, d_out, d_in) = qwen35::format::q8_stack_dims(&shape.dims::<D>());
         let weight = self.draw(batch * d_in * d_out, 1.0 / (d_in as f32).sqrt());
         let (values, scales) = quantize_q8(&transpose_last2(&weight, batch, d_in, d_out), d_in);
         self.pending_scales = Some(scales);

@@ -59,22 +59,24 @@ impl FromStr for WeightFormat {
     }
 }
 
-/// A stack of `batch` weights `[out, in]` in Q8_0 blocks (one for a projection, one per
-/// expert), in PyTorch's orientation: a row per output, blocks along the input.
+/// Weights `[out, in]` in Q8_0 blocks, in PyTorch's orientation (a row per output, blocks along
+/// the input): one projection's (`D = 2`) or a stack of `[experts, out, in]` (`D = 3`). Each
+/// rank is stored as the kernel reads it, so no reshape runs per call (burn-ndarray 0.21's reshape
+/// copies the whole array).
 #[derive(Module, Debug)]
-pub struct Q8Weight<B: Backend> {
-    /// `[batch, out, in]` values in `-127..=127`.
-    pub values: Param<Tensor<B, 3, Int>>,
-    /// `[batch, out, in / 32]`: each block's scale.
-    pub scales: Param<Tensor<B, 3>>,
+pub struct Q8Weight<B: Backend, const D: usize> {
+    /// `[..., out, in]` values in `-127..=127`.
+    pub values: Param<Tensor<B, D, Int>>,
+    /// `[..., out, in / 32]`: each block's scale.
+    pub scales: Param<Tensor<B, D>>,
 }
 
-impl<B: Backend> Q8Weight<B> {
-    /// Lazy zero weights of this shape, to be filled from a checkpoint (nothing is allocated
-    /// until a parameter is read).
-    pub fn init(batch: usize, d_output: usize, d_input: usize, device: &B::Device) -> Self {
-        let values_shape = [batch, d_output, d_input];
-        let scales_shape = [batch, d_output, d_input / Q8_BLOCK];
+impl<B: Backend, const D: usize> Q8Weight<B, D> {
+    /// Lazy zero weights of shape `[..., out, in]`, to be filled from a checkpoint (nothing is
+    /// allocated until a parameter is read).
+    pub fn init(values_shape: [usize; D], device: &B::Device) -> Self {
+        let mut scales_shape = values_shape;
+        scales_shape[D - 1] /= Q8_BLOCK;
         Q8Weight {
             values: Param::uninitialized(
                 ParamId::new(),
@@ -94,16 +96,25 @@ impl<B: Backend> Q8Weight<B> {
     }
 }
 
-impl<B: Q8Matmul> Q8Weight<B> {
-    /// `x [n, in] · Wᵀ -> [n, out]` for a single weight (`batch` 1).
-    pub fn matmul(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        let [_, out, d_in] = self.values.lazy_shape().dims::<3>();
-        let values = self.values.val().reshape([out, d_in]);
-        let scales = self.scales.val().reshape([out, d_in / Q8_BLOCK]);
-        q8_matmul(x, values, scales)
+/// `(weights, out, in)` of a [`Q8Weight`]'s values shape: `[out, in]` is one weight,
+/// `[experts, out, in]` a stack of them.
+pub fn q8_stack_dims(shape: &[usize]) -> (usize, usize, usize) {
+    match *shape {
+        [d_out, d_in] => (1, d_out, d_in),
+        [batch, d_out, d_in] => (batch, d_out, d_in),
+        _ => unreachable!("Q8 values are [out, in] or [experts, out, in], not {shape:?}"),
     }
+}
 
-    /// `x [rows, in]`, sorted by expert with `counts [batch]` rows each, times each row's
+impl<B: Q8Matmul> Q8Weight<B, 2> {
+    /// `x [n, in] · Wᵀ -> [n, out]`.
+    pub fn matmul(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        q8_matmul(x, self.values.val(), self.scales.val())
+    }
+}
+
+impl<B: Q8Matmul> Q8Weight<B, 3> {
+    /// `x [rows, in]`, sorted by expert with `counts [experts]` rows each, times each row's
     /// expert's `Wᵀ`: `[rows, out]`.
     pub fn grouped_matmul(&self, x: Tensor<B, 2>, counts: Tensor<B, 1, Int>) -> Tensor<B, 2> {
         grouped_q8_matmul(x, self.values.val(), self.scales.val(), counts)

@@ -36,9 +36,9 @@ pub enum Experts<B: Backend> {
 #[derive(Module, Debug)]
 pub struct Q8Experts<B: Backend> {
     /// `[E, 2I, hidden]`: rows `0..I` the gate projection, `I..2I` the up projection.
-    pub gate_up_proj: Q8Weight<B>,
+    pub gate_up_proj: Q8Weight<B, 3>,
     /// `[E, hidden, I]`.
-    pub down_proj: Q8Weight<B>,
+    pub down_proj: Q8Weight<B, 3>,
 }
 
 /// The experts in f32, each weight `[in, out]`.
@@ -76,8 +76,8 @@ impl SparseMoeConfig {
                     down_proj: normal(i).init([e, i, h], device),
                 }),
                 WeightFormat::Q8 => Experts::Q8(Q8Experts {
-                    gate_up_proj: Q8Weight::init(e, 2 * i, h, device),
-                    down_proj: Q8Weight::init(e, h, i, device),
+                    gate_up_proj: Q8Weight::init([e, 2 * i, h], device),
+                    down_proj: Q8Weight::init([e, h, i], device),
                 }),
             },
             shared_expert: MlpConfig::new(h, self.shared_expert_intermediate_size).with_weights(self.weights).init(device),

@@ -20,14 +20,14 @@ pub struct ProjectionConfig {
 #[derive(Module, Debug)]
 pub enum Projection<B: Backend> {
     Float(Linear<B>),
-    Q8(Q8Weight<B>),
+    Q8(Q8Weight<B, 2>),
 }
 
 impl ProjectionConfig {
     pub fn init<B: Backend>(&self, device: &B::Device) -> Projection<B> {
         match self.weights.for_input_width(self.d_input) {
             WeightFormat::F32 => Projection::Float(LinearConfig::new(self.d_input, self.d_output).with_bias(false).init(device)),
-            WeightFormat::Q8 => Projection::Q8(Q8Weight::init(1, self.d_output, self.d_input, device)),
+            WeightFormat::Q8 => Projection::Q8(Q8Weight::init([self.d_output, self.d_input], device)),
         }
     }
 }
@@ -60,7 +60,7 @@ impl<B: Backend> Projection<B> {
         match self {
             Projection::Float(linear) => linear.weight.lazy_shape().dims::<2>(),
             Projection::Q8(weight) => {
-                let [_, out, d_in] = weight.values.lazy_shape().dims::<3>();
+                let [out, d_in] = weight.values.lazy_shape().dims::<2>();
                 [d_in, out]
             }
         }

@@ -275,7 +275,7 @@ impl<B: Q8Matmul> ModuleMapper<B> for CheckpointFiller<'_, B> {
         }
         assert_eq!(self.stored(), Stored::Q8Values, "the only int parameters are Q8 values");
         let shape = param.lazy_shape().dims::<D>();
-        let &[batch, d_out, d_in] = shape.as_slice() else { unreachable!("Q8 values are [batch, out, in]") };
+        let (batch, d_out, d_in) = crate::format::q8_stack_dims(&shape);
         match self.q8_values([batch, d_out, d_in]) {
             Ok(values) => {
                 let id = param.id;
