@@ -28,11 +28,10 @@ pub struct PromptArgs {
 /// The body given inline, or read from a file: a body is an object, so an argument that does
 /// not start with `{` names a file (with or without the `@` that `decide` takes).
 fn request_text(argument: &str) -> anyhow::Result<String> {
-    if argument.trim_start().starts_with('{') {
-        return Ok(argument.to_string());
+    match argument.trim_start().starts_with(['{', '@']) {
+        true => crate::decide::text_or_file(argument),
+        false => crate::decide::text_or_file(&format!("@{argument}")),
     }
-    let path = argument.strip_prefix('@').unwrap_or(argument);
-    std::fs::read_to_string(path).with_context(|| format!("reading the request from {path}"))
 }
 
 pub fn run(args: &PromptArgs) -> anyhow::Result<()> {

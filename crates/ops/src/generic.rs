@@ -176,6 +176,8 @@ fn per_expert<B: Backend>(
             start += count;
         }
     }
+    let [rows, _] = x.dims();
+    assert_eq!(start, rows, "grouped matmul: the expert counts sum to {start}, x has {rows} rows");
     match outputs.is_empty() {
         true => Tensor::zeros([0, d_out], &x.device()),
         false => Tensor::cat(outputs, 0),

@@ -417,13 +417,15 @@ fn check_dense_matmul<B: Ops>(device: &B::Device) {
 }
 
 /// `(name, rows of each expert, d_in, d_out)`: no rows at all; one expert with every row, past
-/// the CPU's few-row kernel (64); single rows between empty experts, with more output columns
+/// the CPU's few-row kernel (64); experts on both sides of that limit (64, 65 rows) at nonzero
+/// offsets; single rows between empty experts, with more output columns
 /// than a parallel task takes (256) and a last tile narrower than any tile width; 16 experts
 /// of 0–8 rows as a router spreads them; a lone row of a long input. `d_in` is a whole number
 /// of Q8_0 blocks where the q8 form runs the case too.
-const GROUPED_CASES: [(&str, &[usize], usize, usize); 5] = [
+const GROUPED_CASES: [(&str, &[usize], usize, usize); 6] = [
     ("no rows", &[0, 0, 0], 32, 3),
     ("one expert has every row", &[0, 70, 0], 96, 65),
+    ("few-row and sgemm experts after one another", &[5, 0, 70, 2, 64, 65], 32, 40),
     ("single rows and gaps", &[1, 0, 2, 0, 1], 33, 257),
     ("a router's spread", &[3, 0, 8, 1, 5, 2, 0, 7, 4, 4, 6, 1, 0, 2, 3, 5], 64, 96),
     ("a lone row of a long input", &[1], 4096, 5),

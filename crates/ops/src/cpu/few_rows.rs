@@ -3,10 +3,13 @@
 //!
 //! A general sgemm (`matrixmultiply`) first copies `W` into its packed panel layout, so at 4
 //! rows it reads the weight twice and writes it once to use each value 4 times; the product is
-//! bound by memory, and that copy made it 3–5x slower than reading `W` once. Here `W` is read
-//! in place: a tile of 4 output rows × `P` columns stays in registers while `k` runs, each step
-//! one contiguous run of `P` weights and 4 broadcast activations. `P` is as wide as the CPU's
-//! registers allow: 64 with AVX-512, 32 with AVX2, 16 otherwise.
+//! bound by memory, and that copy made it 3–5x slower than reading `W` in place. Here a tile of 4
+//! output rows × `P` columns stays in registers while `k` runs, each step one contiguous run of
+//! `P` weights and 4 broadcast activations, so `W` is read once per 4 rows (once for the few rows
+//! an expert usually has). The row tiles are the inner loop, so a strip of `P` columns is read
+//! again from cache, not memory. `P` takes half the vector registers for the 4 × `P` sums,
+//! leaving room for the weights and the broadcasts: 64 with AVX-512 (16 of 32 zmm), 16 with
+//! AVX2 (8 of 16 ymm), 8 otherwise (8 of SSE2's 16 xmm; NEON has 32).
 
 use std::ops::Range;
 
@@ -18,9 +21,9 @@ const TILE_ROWS: usize = 4;
 pub enum Tiles {
     /// 64 columns, compiled for AVX-512F (x86-64).
     Avx512,
-    /// 32 columns, compiled for AVX2 and FMA (x86-64).
+    /// 16 columns, compiled for AVX2 and FMA (x86-64).
     Avx2,
-    /// 16 columns, compiled for the target's baseline.
+    /// 8 columns, compiled for the target's baseline.
     Portable,
 }
 
@@ -77,7 +80,7 @@ pub fn matmul_in(tiles: Tiles, x: &[f32], m: usize, w: &[f32], k: usize, n: usiz
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
         Tiles::Avx2 => unsafe { panels_avx2(x, m, w, k, n, columns, out) },
-        _ => panels::<16>(x, m, w, k, n, columns, out),
+        _ => panels::<8>(x, m, w, k, n, columns, out),
     }
 }
 
@@ -90,25 +93,26 @@ unsafe fn panels_avx512(x: &[f32], m: usize, w: &[f32], k: usize, n: usize, colu
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn panels_avx2(x: &[f32], m: usize, w: &[f32], k: usize, n: usize, columns: Range<usize>, out: &mut [f32]) {
-    panels::<32>(x, m, w, k, n, columns, out)
+    panels::<16>(x, m, w, k, n, columns, out)
 }
 
-/// The columns in panels of `P` (the last one narrower), each over tiles of [`TILE_ROWS`] rows.
+/// The columns in strips of `P` (the last one narrower), each over tiles of [`TILE_ROWS`] rows.
 #[inline(always)]
 fn panels<const P: usize>(x: &[f32], m: usize, w: &[f32], k: usize, n: usize, columns: Range<usize>, out: &mut [f32]) {
     let width = columns.len();
-    for first_row in (0..m).step_by(TILE_ROWS) {
-        let rows = TILE_ROWS.min(m - first_row);
-        let x = &x[first_row * k..(first_row + rows) * k];
-        let out = &mut out[first_row * width..(first_row + rows) * width];
-        let mut column = columns.start;
-        while column + P <= columns.end {
-            tile::<P>(x, rows, w, k, n, column, out, column - columns.start, width);
-            column += P;
+    let mut column = columns.start;
+    while column < columns.end {
+        let strip = P.min(columns.end - column);
+        for first_row in (0..m).step_by(TILE_ROWS) {
+            let rows = TILE_ROWS.min(m - first_row);
+            let x = &x[first_row * k..(first_row + rows) * k];
+            let out = &mut out[first_row * width..(first_row + rows) * width];
+            match strip == P {
+                true => tile::<P>(x, rows, w, k, n, column, out, column - columns.start, width),
+                false => narrow_tile(x, rows, w, k, n, column..columns.end, out, column - columns.start, width),
+            }
         }
-        if column < columns.end {
-            narrow_tile(x, rows, w, k, n, column..columns.end, out, column - columns.start, width);
-        }
+        column += strip;
     }
 }
 

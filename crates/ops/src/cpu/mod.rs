@@ -185,8 +185,8 @@ fn sgemm(x: &[f32], n: usize, weight: &[f32], d_in: usize, d_out: usize, out: &m
 /// of the weight pays for itself once it is reused by that many rows.
 const SGEMM_ROWS: usize = 64;
 
-/// Output columns of one expert per parallel task of [`grouped_matmul`]: 256 experts × 4–8
-/// tasks keep both cores busy even when only a few experts have rows.
+/// Output columns of one expert per parallel task of [`grouped_matmul`]: 4–8 tasks an expert
+/// keep every core busy even when only a few experts have rows.
 const TASK_COLUMNS: usize = 256;
 
 /// Where each group of rows starts: the running sum of `counts`.
@@ -198,7 +198,7 @@ fn group_starts(counts: &[usize]) -> Vec<usize> {
 /// expert, `counts[e]` rows for expert `e`, each times its expert's `W [d_in, d_out]` of
 /// `weights [E, d_in, d_out]`; returns `[rows, d_out]`.
 ///
-/// Experts with a few rows ([`few_rows`], which reads each weight once) run as (expert, column
+/// Experts with a few rows ([`few_rows`], which reads a weight in place, once per 4 rows) run as (expert, column
 /// panel) tasks all in one parallel pass; experts with more than [`SGEMM_ROWS`] rows then run
 /// through sgemm, which threads each product itself.
 ///
