@@ -3,7 +3,9 @@
 //! 944 into 256 and 65,536 into 256; inverses of 32 heads x 10 chunks and 32 x 64 chunks of
 //! 64x64 systems built like the delta rule's (entries near 1); the Q8_0 matmul at a 2B model's
 //! widest projection (2048 -> 6144) for 64 and 512 tokens, against burn's f32 matmul of the same
-//! shape.
+//! shape; the grouped matmuls of an MoE layer (64 experts of 35B-A3B's gate/up projection, 2048
+//! -> 1024, in f32 and Q8_0) with the 4 and 16 rows an expert gets from 128 and 512 prompt
+//! tokens, against their generic form (the backend's dense product per expert).
 //!
 //! Run: `cargo bench -p decider-ops --bench ops --features candle,wgpu` (or `cargo xtask bench`). Each group measures the
 //! three implementations in the same run, so the ratios are what to read.
@@ -11,7 +13,10 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor, TensorData};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use decider_ops::{ExpertCount, Q8_BLOCK, Q8Matmul, UnitLowerInverse, expert_count, generic, q8_matmul, q8_values, quantize_q8, reference, unit_lower_inverse};
+use decider_ops::{
+    DenseMatmul, ExpertCount, Q8_BLOCK, Q8Matmul, UnitLowerInverse, expert_count, generic, grouped_matmul, grouped_q8_matmul, q8_matmul, q8_values,
+    quantize_q8, reference, unit_lower_inverse,
+};
 
 /// `(beta k) k^T * decay` for unit keys that share a strong common direction, strictly lower.
 fn delta_rule_systems<B: Backend>(batch: usize, device: &B::Device) -> Tensor<B, 3> {
@@ -23,7 +28,7 @@ fn delta_rule_systems<B: Backend>(batch: usize, device: &B::Device) -> Tensor<B,
     (keys.clone() * beta).matmul(keys.swap_dims(1, 2)).tril(-1)
 }
 
-fn bench_backend<B: ExpertCount + UnitLowerInverse + Q8Matmul>(c: &mut Criterion, backend: &str) {
+fn bench_backend<B: ExpertCount + UnitLowerInverse + Q8Matmul + DenseMatmul>(c: &mut Criterion, backend: &str) {
     let device = B::Device::default();
     let sync = || B::sync(&device).expect("device sync");
 
@@ -105,6 +110,46 @@ fn bench_backend<B: ExpertCount + UnitLowerInverse + Q8Matmul>(c: &mut Criterion
         group.bench_with_input(BenchmarkId::new("q8_generic", tokens), &x, |b, x| {
             b.iter(|| {
                 let _ = generic::q8_matmul(x.clone(), values.clone(), scales.clone());
+                sync()
+            })
+        });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group(format!("{backend}/grouped_matmul_64_experts_2048_to_1024"));
+    group.sample_size(10);
+    let (experts, d_in, d_out) = (64, 2048, 1024);
+    let weights = Tensor::<B, 3>::random([experts, d_in, d_out], Distribution::Uniform(-0.05, 0.05), &device);
+    let rows_of_experts: Vec<f32> = weights.clone().swap_dims(1, 2).into_data().to_vec().unwrap(); // [E, out, in]
+    let (values, scales) = quantize_q8(&rows_of_experts, d_in);
+    let values = q8_values::<B, 3>(values, [experts, d_out, d_in], &device);
+    let scales = Tensor::<B, 3>::from_data(TensorData::new(scales, [experts, d_out, d_in / Q8_BLOCK]), &device);
+    for rows_each in [4, 16] {
+        let x = Tensor::<B, 2>::random([experts * rows_each, d_in], Distribution::Normal(0.0, 1.0), &device);
+        let counts = Tensor::<B, 1, Int>::from_data(TensorData::new(vec![rows_each as i64; experts], [experts]), &device);
+        sync();
+        let shape = format!("{rows_each}_rows_each");
+        group.bench_with_input(BenchmarkId::new("f32_specialised", &shape), &x, |b, x| {
+            b.iter(|| {
+                let _ = grouped_matmul(x.clone(), weights.clone(), counts.clone());
+                sync()
+            })
+        });
+        group.bench_with_input(BenchmarkId::new("f32_generic", &shape), &x, |b, x| {
+            b.iter(|| {
+                let _ = generic::grouped_matmul::<B>(x.clone().into_primitive().tensor(), weights.clone().into_primitive().tensor(), counts.clone().into_primitive());
+                sync()
+            })
+        });
+        group.bench_with_input(BenchmarkId::new("q8_specialised", &shape), &x, |b, x| {
+            b.iter(|| {
+                let _ = grouped_q8_matmul(x.clone(), values.clone(), scales.clone(), counts.clone());
+                sync()
+            })
+        });
+        group.bench_with_input(BenchmarkId::new("q8_generic", &shape), &x, |b, x| {
+            b.iter(|| {
+                let _ = generic::grouped_q8_matmul::<B>(x.clone().into_primitive().tensor(), values.clone().into_primitive(), scales.clone().into_primitive().tensor(), counts.clone().into_primitive());
                 sync()
             })
         });
