@@ -5,7 +5,7 @@
 use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::{Int, Tensor, TensorData};
 use decider_ops::{q8_values, quantize_q8};
-use qwen35::weights::transpose_last2;
+use qwen35::weights::{stack_dims, transpose_last2};
 use qwen35::{Qwen35Config, Qwen35Model, Qwen35Ops, WeightFormat};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -82,7 +82,7 @@ impl<B: Qwen35Ops> ModuleMapper<B> for SeededWeights {
 
     fn map_int<const D: usize>(&mut self, param: Param<Tensor<B, D, Int>>) -> Param<Tensor<B, D, Int>> {
         let shape = param.lazy_shape();
-        let (batch, d_out, d_in) = qwen35::format::q8_stack_dims(&shape.dims::<D>());
+        let (batch, d_out, d_in) = stack_dims(&shape.dims::<D>());
         let weight = self.draw(batch * d_in * d_out, 1.0 / (d_in as f32).sqrt());
         let (values, scales) = quantize_q8(&transpose_last2(&weight, batch, d_in, d_out), d_in);
         self.pending_scales = Some(scales);

@@ -264,27 +264,26 @@ fn both_cpu_q8_kernels_match_plain_loops() {
     }
 }
 
-/// Both CPU forms of the delta rule's steps, whichever this CPU would choose: in AVX-512
-/// registers (where the CPU has AVX-512F; the test says so when it has not) and the portable
-/// loops, against the definition.
+/// Every CPU form of the delta rule's steps this CPU runs (the test says which it cannot): in
+/// AVX-512 registers, the portable loops compiled for AVX2 and for the baseline, against the
+/// definition.
 #[cfg(feature = "cpu-kernels")]
 #[test]
-fn both_cpu_delta_rule_steps_match_the_definition() {
-    use decider_ops::cpu::delta_rule::{Dims, Steps, gated_delta_rule};
+fn every_cpu_delta_rule_form_matches_the_definition() {
+    use decider_ops::cpu::Isa;
+    use decider_ops::cpu::delta_rule::{Dims, gated_delta_rule};
     let mut rng = Rng(43);
     for dims in DELTA_SHAPES {
         let [batch, len, heads, dk, dv] = dims;
         let (q, k, v, g, beta, state) = delta_case(&mut rng, dims);
         let (expected_out, expected_state) = naive_delta_rule(&q, &k, &v, &g, &beta, &state, dims);
-        let mut forms = vec![Steps::Portable];
-        if Steps::best() == Steps::Avx512 {
-            forms.push(Steps::Avx512);
-        } else {
-            println!("this CPU has no AVX-512F: those steps are not checked here");
-        }
-        for steps in forms {
-            let (out, final_state) = gated_delta_rule([&q, &k, &v, &g, &beta, &state], Dims { batch, len, heads, dk, dv }, steps);
-            check_delta_outputs(&format!("{steps:?}"), dims, &out, &expected_out, &final_state, &expected_state);
+        for isa in Isa::ALL {
+            if !isa.available() {
+                println!("this CPU does not run {isa:?}: that form is not checked here");
+                continue;
+            }
+            let (out, final_state) = gated_delta_rule([&q, &k, &v, &g, &beta, &state], Dims { batch, len, heads, dk, dv }, isa);
+            check_delta_outputs(&format!("{isa:?}"), dims, &out, &expected_out, &final_state, &expected_state);
         }
     }
 }
@@ -507,23 +506,24 @@ fn check_grouped_q8_matmul<B: Ops>(device: &B::Device) {
 #[cfg(feature = "cpu-kernels")]
 #[test]
 fn every_cpu_few_row_tile_matches_plain_loops() {
-    use decider_ops::cpu::few_rows::{Tiles, matmul_in};
+    use decider_ops::cpu::Isa;
+    use decider_ops::cpu::few_rows::matmul_in;
     let mut rng = Rng(41);
     for (m, k, n, columns) in [(1, 1, 1, 0..1), (4, 33, 64, 0..64), (5, 70, 200, 7..200), (9, 3, 130, 0..130), (3, 0, 16, 0..16)] {
         let w: Vec<f32> = (0..k * n).map(|_| rng.next_f32() - 0.5).collect();
         let x: Vec<f32> = (0..m * k).map(|_| 2.0 * rng.next_f32() - 1.0).collect();
         let full = naive_grouped(&x, &[m], &w, k, n);
-        for tiles in [Tiles::Avx512, Tiles::Avx2, Tiles::Portable] {
-            if !tiles.available() {
-                println!("this CPU does not run the {tiles:?} tiles: not checked here");
+        for isa in Isa::ALL {
+            if !isa.available() {
+                println!("this CPU does not run {isa:?}: those tiles are not checked here");
                 continue;
             }
             let mut out = vec![f32::NAN; m * columns.len()];
-            matmul_in(tiles, &x, m, &w, k, n, columns.clone(), &mut out);
+            matmul_in(isa, &x, m, &w, k, n, columns.clone(), &mut out);
             for (r, row) in out.chunks(columns.len().max(1)).enumerate().take(m) {
                 for (c, got) in columns.clone().zip(row) {
                     let e = full[r * n + c];
-                    assert!((*got as f64 - e).abs() <= 1e-5 * (k as f64).sqrt() + 1e-6, "{tiles:?}, {m}x{k}x{n} {columns:?}, row {r} column {c}: {got} vs {e}");
+                    assert!((*got as f64 - e).abs() <= 1e-5 * (k as f64).sqrt() + 1e-6, "{isa:?}, {m}x{k}x{n} {columns:?}, row {r} column {c}: {got} vs {e}");
                 }
             }
         }

@@ -96,16 +96,6 @@ impl<B: Backend, const D: usize> Q8Weight<B, D> {
     }
 }
 
-/// `(weights, out, in)` of a [`Q8Weight`]'s values shape: `[out, in]` is one weight,
-/// `[experts, out, in]` a stack of them.
-pub fn q8_stack_dims(shape: &[usize]) -> (usize, usize, usize) {
-    match *shape {
-        [d_out, d_in] => (1, d_out, d_in),
-        [batch, d_out, d_in] => (batch, d_out, d_in),
-        _ => unreachable!("Q8 values are [out, in] or [experts, out, in], not {shape:?}"),
-    }
-}
-
 impl<B: Q8Matmul> Q8Weight<B, 2> {
     /// `x [n, in] · Wᵀ -> [n, out]`.
     pub fn matmul(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {

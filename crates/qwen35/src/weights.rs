@@ -212,11 +212,7 @@ impl<'a, B: Q8Matmul> CheckpointFiller<'a, B> {
                 self.read(&self.checkpoint_name(false), &[channels, 1, kernel])
             }
             Stored::Transposed { of_module } => {
-                let (batch, d_in, d_out) = match *shape {
-                    [d_in, d_out] => (1, d_in, d_out),
-                    [batch, d_in, d_out] => (batch, d_in, d_out),
-                    _ => unreachable!("weights are 2-D or stacked 3-D"),
-                };
+                let (batch, d_in, d_out) = stack_dims(shape);
                 let weight = self.read_weight(&self.checkpoint_name(of_module), [batch, d_out, d_in])?;
                 Ok(transpose_last2(&weight, batch, d_out, d_in))
             }
@@ -275,7 +271,7 @@ impl<B: Q8Matmul> ModuleMapper<B> for CheckpointFiller<'_, B> {
         }
         assert_eq!(self.stored(), Stored::Q8Values, "the only int parameters are Q8 values");
         let shape = param.lazy_shape().dims::<D>();
-        let (batch, d_out, d_in) = crate::format::q8_stack_dims(&shape);
+        let (batch, d_out, d_in) = stack_dims(&shape);
         match self.q8_values([batch, d_out, d_in]) {
             Ok(values) => {
                 let id = param.id;
@@ -286,6 +282,16 @@ impl<B: Q8Matmul> ModuleMapper<B> for CheckpointFiller<'_, B> {
                 param
             }
         }
+    }
+}
+
+/// `(weights, rows, cols)` of a weight `[rows, cols]` (one weight) or a stack of them
+/// `[weights, rows, cols]` (the experts).
+pub fn stack_dims(shape: &[usize]) -> (usize, usize, usize) {
+    match *shape {
+        [rows, cols] => (1, rows, cols),
+        [weights, rows, cols] => (weights, rows, cols),
+        _ => unreachable!("weights are [rows, cols] or stacked [weights, rows, cols], not {shape:?}"),
     }
 }
 

@@ -75,7 +75,7 @@ impl<F: FloatCandleElement, I: IntCandleElement> GatedDeltaRule for Candle<F, I>
         let (q, k, v) = (host(q.into_data()), host(k.into_data()), host(v.into_data()));
         let (g, beta, state) = (host(g.into_data()), host(beta.into_data()), host(state.into_data()));
         let dims = cpu::delta_rule::Dims { batch, len, heads, dk, dv };
-        let (out, state) = cpu::delta_rule::gated_delta_rule([&q, &k, &v, &g, &beta, &state], dims, cpu::delta_rule::Steps::best());
+        let (out, state) = cpu::delta_rule::gated_delta_rule([&q, &k, &v, &g, &beta, &state], dims, cpu::Isa::best());
         let tensor = |values: Vec<f32>, shape: [usize; 4]| Tensor::<Self, 4>::from_data(TensorData::new(values, shape), &device).into_primitive().tensor();
         (tensor(out, [batch, len, heads, dv]), tensor(state, [batch, heads, dk, dv]))
     }

@@ -167,7 +167,7 @@ where
         let (out, state) = match (&q, &k, &v, &g, &beta, &state) {
             (NdArrayTensor::F32(q), NdArrayTensor::F32(k), NdArrayTensor::F32(v), NdArrayTensor::F32(g), NdArrayTensor::F32(beta), NdArrayTensor::F32(state)) => {
                 with_slice!(q, |q| with_slice!(k, |k| with_slice!(v, |v| with_slice!(g, |g| with_slice!(beta, |beta| with_slice!(state, |state| {
-                    cpu::delta_rule::gated_delta_rule([q, k, v, g, beta, state], dims, cpu::delta_rule::Steps::best())
+                    cpu::delta_rule::gated_delta_rule([q, k, v, g, beta, state], dims, cpu::Isa::best())
                 }))))))
             }
             _ => return crate::gated_delta_rule::chunked::<Self>(q, k, v, g, beta, state),

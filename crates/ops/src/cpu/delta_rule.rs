@@ -8,6 +8,8 @@
 
 use rayon::prelude::*;
 
+use super::Isa;
+
 /// State columns per task.
 const COLUMNS: usize = 32;
 
@@ -22,33 +24,13 @@ pub struct Dims {
     pub dv: usize,
 }
 
-/// The loops that run a block's steps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Steps {
-    /// In AVX-512 registers (x86-64 CPUs with AVX-512F).
-    Avx512,
-    /// The portable loops (compiled for AVX2 where the CPU has it).
-    Portable,
-}
-
-impl Steps {
-    /// The fastest this CPU runs.
-    pub fn best() -> Steps {
-        #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx512f") {
-            return Steps::Avx512;
-        }
-        Steps::Portable
-    }
-}
-
 /// The gated delta rule with inputs `[q, k, v, g, beta, state]` shaped by `dims`: returns the
 /// outputs `[batch, len, heads, dv]` and the final state `[batch, heads, dk, dv]` (see
 /// [`crate::GatedDeltaRule`]); in parallel over batch elements, heads and column blocks.
 ///
 /// # Panics
-/// If `steps` is [`Steps::Avx512`] on a CPU without AVX-512F.
-pub fn gated_delta_rule(inputs: [&[f32]; 6], dims: Dims, steps: Steps) -> (Vec<f32>, Vec<f32>) {
+/// If this CPU does not run `isa`.
+pub fn gated_delta_rule(inputs: [&[f32]; 6], dims: Dims, isa: Isa) -> (Vec<f32>, Vec<f32>) {
     let [q, k, v, g, beta, state] = inputs;
     let Dims { batch, len, heads, dk, dv } = dims;
     let mut state = state.to_vec();
@@ -72,7 +54,7 @@ pub fn gated_delta_rule(inputs: [&[f32]; 6], dims: Dims, steps: Steps) -> (Vec<f
             }
             let mut outputs = vec![0f32; len * width];
             let columns = Columns { batch_index: bh / heads, head: bh % heads, first, width };
-            inputs.run(steps, &columns, &mut block, &mut outputs);
+            inputs.run(isa, &columns, &mut block, &mut outputs);
             (block, outputs)
         })
         .collect();
@@ -111,21 +93,17 @@ impl Inputs<'_> {
     /// Runs every token on a block of state columns (`[dk, COLUMNS]`, zero-padded past
     /// `width`), writing its outputs (`[len, width]`): in AVX-512 registers, or the portable
     /// loops compiled for AVX2 or the baseline.
-    fn run(&self, steps: Steps, columns: &Columns, state: &mut [f32], out: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if steps == Steps::Avx512 {
-                assert!(is_x86_feature_detected!("avx512f"), "this CPU has no AVX-512F");
-                // SAFETY: the CPU has the feature.
-                return unsafe { self.run_avx512(columns, state, out) };
-            }
-            if is_x86_feature_detected!("avx2") {
-                // SAFETY: the CPU has the feature.
-                return unsafe { self.run_avx2(columns, state, out) };
-            }
+    fn run(&self, isa: Isa, columns: &Columns, state: &mut [f32], out: &mut [f32]) {
+        assert!(isa.available(), "this CPU does not run {isa:?}");
+        match isa {
+            // SAFETY: the CPU has the features (checked above).
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => unsafe { self.run_avx512(columns, state, out) },
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe { self.run_avx2(columns, state, out) },
+            _ => self.steps(columns, state, out),
         }
-        assert!(steps == Steps::Portable, "{steps:?} needs an x86-64 CPU");
-        self.steps(columns, state, out)
     }
 
     /// [`Inputs::steps`] in AVX-512 registers: a block row is two registers, and the per-column
@@ -187,7 +165,7 @@ impl Inputs<'_> {
     }
 
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,fma")]
     unsafe fn run_avx2(&self, columns: &Columns, state: &mut [f32], out: &mut [f32]) {
         self.steps(columns, state, out)
     }

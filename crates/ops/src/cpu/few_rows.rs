@@ -13,73 +13,36 @@
 
 use std::ops::Range;
 
+use super::Isa;
+
 /// Output rows per tile: the rows that share each weight read.
 const TILE_ROWS: usize = 4;
 
-/// The width of the tiles, by the registers that hold them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tiles {
-    /// 64 columns, compiled for AVX-512F (x86-64).
-    Avx512,
-    /// 16 columns, compiled for AVX2 and FMA (x86-64).
-    Avx2,
-    /// 8 columns, compiled for the target's baseline.
-    Portable,
-}
-
-impl Tiles {
-    /// The fastest this CPU runs.
-    pub fn best() -> Tiles {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if is_x86_feature_detected!("avx512f") {
-                return Tiles::Avx512;
-            }
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-                return Tiles::Avx2;
-            }
-        }
-        Tiles::Portable
-    }
-
-    /// Whether this CPU runs them.
-    pub fn available(self) -> bool {
-        match self {
-            #[cfg(target_arch = "x86_64")]
-            Tiles::Avx512 => is_x86_feature_detected!("avx512f"),
-            #[cfg(target_arch = "x86_64")]
-            Tiles::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
-            Tiles::Portable => true,
-            #[cfg(not(target_arch = "x86_64"))]
-            _ => false,
-        }
-    }
-}
-
 /// Columns `columns` of `x [m, k] · W [k, n]` (all `m` rows, row-major), written to `out [m,
-/// columns.len()]`, in the [`Tiles::best`] of this CPU.
+/// columns.len()]`, with the [`Isa::best`] of this CPU.
 pub fn matmul(x: &[f32], m: usize, w: &[f32], k: usize, n: usize, columns: Range<usize>, out: &mut [f32]) {
-    matmul_in(Tiles::best(), x, m, w, k, n, columns, out)
+    matmul_in(Isa::best(), x, m, w, k, n, columns, out)
 }
 
-/// [`matmul`] in the given tiles.
+/// [`matmul`] compiled for `isa`, whose tiles are 64 (AVX-512), 16 (AVX2) or 8 (baseline)
+/// columns wide.
 ///
 /// # Panics
-/// If the slices are shorter than the shapes say, or this CPU does not run `tiles`.
+/// If the slices are shorter than the shapes say, or this CPU does not run `isa`.
 #[allow(clippy::too_many_arguments)]
-pub fn matmul_in(tiles: Tiles, x: &[f32], m: usize, w: &[f32], k: usize, n: usize, columns: Range<usize>, out: &mut [f32]) {
+pub fn matmul_in(isa: Isa, x: &[f32], m: usize, w: &[f32], k: usize, n: usize, columns: Range<usize>, out: &mut [f32]) {
     assert!(
         x.len() >= m * k && w.len() >= k * n && columns.end <= n && out.len() >= m * columns.len(),
         "few_rows::matmul: slices shorter than x [{m}, {k}] · W [{k}, {n}], columns {columns:?}"
     );
-    assert!(tiles.available(), "this CPU does not run the {tiles:?} tiles");
-    match tiles {
+    assert!(isa.available(), "this CPU does not run {isa:?}");
+    match isa {
         // SAFETY: the CPU has the features (checked above).
         #[cfg(target_arch = "x86_64")]
-        Tiles::Avx512 => unsafe { panels_avx512(x, m, w, k, n, columns, out) },
+        Isa::Avx512 => unsafe { panels_avx512(x, m, w, k, n, columns, out) },
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
-        Tiles::Avx2 => unsafe { panels_avx2(x, m, w, k, n, columns, out) },
+        Isa::Avx2 => unsafe { panels_avx2(x, m, w, k, n, columns, out) },
         _ => panels::<8>(x, m, w, k, n, columns, out),
     }
 }

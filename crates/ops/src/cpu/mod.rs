@@ -8,8 +8,11 @@ use rayon::prelude::*;
 
 use crate::{dequantize_q8, quantize_activations_q8};
 
+pub use isa::Isa;
+
 pub mod delta_rule;
 pub mod few_rows;
+mod isa;
 #[cfg(target_arch = "x86_64")]
 pub mod q8_vnni;
 
