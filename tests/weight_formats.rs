@@ -1,6 +1,6 @@
-//! The weight formats are exact for what they store: every projection and expert of a model
-//! loaded in Q8_0 gives the same outputs as the f32 path on the same weights rounded to Q8_0
-//! and back. This isolates the kernels and the layout of the blocks (orientation, block order,
+//! The weight formats are exact for what they store: every projection, expert and token table
+//! (embeddings, output head) of a model loaded in Q8_0 gives the same outputs as the f32 path on
+//! the same weights rounded to Q8_0 and back. This isolates the kernels and the layout of the blocks (orientation, block order,
 //! scales, the kernel's own order of the values, experts) from the rounding itself, whose
 //! effect on decisions is a separate, reported figure.
 //!
@@ -20,6 +20,7 @@ use qwen35::decoder::{FeedForward, TokenMixer};
 use qwen35::format::Q8Weight;
 use qwen35::moe::{Experts, SparseMoeConfig};
 use qwen35::projection::Projection;
+use qwen35::token_table::TokenTable;
 use qwen35::{Qwen35Model, Qwen35Ops, WeightFormat};
 use safetensors::Dtype;
 
@@ -118,6 +119,24 @@ fn check_model<B: Qwen35Ops>(model_name: &str, layout: &str) {
         relative_check(&label, &values(actual.forward(x.clone())), &values(expected.forward(x)), TOLERANCE);
     }
     assert!(in_q8 > 0, "{model_name}: the q8 load kept every projection in f32");
+    check_tables(&format!("{model_name}/{layout}"), &float, &q8);
+}
+
+/// The token tables of a q8 load (the embeddings, and an untied head) are in Q8_0 and give the
+/// f32 load's embeddings and logits: the table is exact for the rounded weights.
+fn check_tables<B: Qwen35Ops>(label: &str, float: &Qwen35Model<B>, q8: &Qwen35Model<B>) {
+    let device = Default::default();
+    let tables = [("embed_tokens", &float.embed_tokens, &q8.embed_tokens)].into_iter();
+    let heads = float.lm_head.as_ref().zip(q8.lm_head.as_ref()).map(|(expected, actual)| ("lm_head", expected, actual));
+    for (name, expected, actual) in tables.chain(heads) {
+        assert!(matches!(actual, TokenTable::Q8(_)), "{label} {name}: the fixture's hidden width is a whole block");
+        let [vocab, hidden] = expected.dims();
+        let ids: Vec<i64> = [0, vocab - 1, 7, 7, vocab / 2, 1].iter().map(|&id| id as i64).collect();
+        let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [2, 3]), &device);
+        relative_check(&format!("{label} {name} rows"), &values(actual.embed(ids.clone())), &values(expected.embed(ids)), TOLERANCE);
+        let x = rounded_input::<B>(4, hidden, 5, &device).reshape([2, 2, hidden]);
+        relative_check(&format!("{label} {name} logits"), &values(actual.logits(x.clone())), &values(expected.logits(x)), TOLERANCE);
+    }
 }
 
 /// Routed experts in Q8_0 equal f32 experts holding the rounded weights, through the grouped
@@ -173,6 +192,32 @@ fn check_random_model<B: Qwen35Ops>() {
         }
     }
     assert!(worst_share > 0.0, "the q8 network equals the f32 one: the format was not applied");
+    check_random_table(&float.embed_tokens, &q8.embed_tokens);
+}
+
+/// The demo's q8 embeddings are the Q8_0 rounding of its f32 ones (each value within half a
+/// step, plus up to 127 times the f16 rounding of the step: the demo's embeddings are below
+/// 0.002, so their steps are f16 subnormals), and their logits over the whole
+/// vocabulary (248,320 rows, dequantized a part at a time) equal an f32 table of the same rows.
+fn check_random_table<B: Qwen35Ops>(float: &TokenTable<B>, q8: &TokenTable<B>) {
+    let device = Default::default();
+    let [vocab, hidden] = float.dims();
+    let all = Tensor::<B, 1, Int>::arange(0..vocab as i64, &device);
+    let (rounded, exact) = (q8.rows(all.clone()), values(float.rows(all)));
+    let got = values(rounded.clone());
+    let mut moved = 0;
+    for (block, (g, w)) in got.chunks(Q8_BLOCK).zip(exact.chunks(Q8_BLOCK)).enumerate() {
+        let step = w.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+        let bound = step / 2.0 + 127.0 * (step - half::f16::from_f32(step).to_f32()).abs() + 1e-9;
+        for (g, w) in g.iter().zip(w) {
+            assert!((g - w).abs() <= bound, "block {block}: q8 {g} vs f32 {w}, more than {bound} apart");
+            moved += usize::from(g != w);
+        }
+    }
+    assert!(moved > 0, "the q8 embeddings equal the f32 ones: the format was not applied");
+    let same_rows = TokenTable::Float(burn::nn::Embedding { weight: Param::from_tensor(rounded) });
+    let x = rounded_input::<B>(3, hidden, 17, &device).reshape([1, 3, hidden]);
+    relative_check("demo logits", &values(q8.logits(x.clone())), &values(same_rows.logits(x)), TOLERANCE);
 }
 
 /// What a q8 load leaves in f32: experts whose width is not a whole block.

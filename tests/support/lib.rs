@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod counting;
 pub mod fuzz;
 pub mod server;
 

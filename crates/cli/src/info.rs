@@ -24,7 +24,7 @@ impl GenericTask for &InfoArgs {
         let model = decider.model();
         let config = &decider.prompter().config;
         let tokenizer = &decider.prompter().tokenizer;
-        let [vocab, hidden] = model.embed_tokens.weight.dims();
+        let [vocab, hidden] = model.embed_tokens.dims();
         let layers: Vec<&str> = model.layers.iter().map(layer_kind).collect();
         let info = json!({
             "model": decider.name(),

@@ -76,7 +76,7 @@ impl<B: Qwen35Ops> Decider<B> {
 
     /// A decider from parts; the tokenizer's ids must fit the model's vocabulary.
     pub fn new(model: Qwen35Model<B>, prompter: Prompter, device: &B::Device, source: String) -> Result<Self, DeciderError> {
-        let [vocab, _] = model.embed_tokens.weight.dims();
+        let [vocab, _] = model.embed_tokens.dims();
         if prompter.tokenizer.vocab_size() > vocab {
             return Err(DeciderError::Model(format!(
                 "the tokenizer has {} tokens but the model's embedding has {vocab} rows",
@@ -86,10 +86,7 @@ impl<B: Qwen35Ops> Decider<B> {
         let label_ids = prompter.tokenizer.labels().ids.iter().map(|&id| id as i64).collect::<Vec<_>>();
         let count = label_ids.len();
         let index = Tensor::<B, 1, Int>::from_data(TensorData::new(label_ids, [count]), device);
-        let label_weights = match &model.lm_head {
-            Some(head) => head.weight.val().select(1, index),
-            None => model.embed_tokens.weight.val().select(0, index).transpose(),
-        };
+        let label_weights = model.head().rows(index).transpose();
         Ok(Self { model, prompter, label_weights, device: device.clone(), source, share_prefix: true })
     }
 

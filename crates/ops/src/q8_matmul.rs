@@ -94,6 +94,13 @@ pub fn grouped_q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 3, Int>
 pub fn q8_values<B: Q8Matmul, const D: usize>(values: Vec<i8>, shape: impl Into<Shape>, device: &B::Device) -> Tensor<B, D, Int> {
     let shape = shape.into();
     let values = B::q8_layout(values, shape[D - 2], shape[D - 1]);
+    q8_rows(values, shape, device)
+}
+
+/// Q8_0 values `[..., rows, cols]` as a tensor of the backend's [`Q8Matmul::q8_values_dtype`],
+/// in row order: for a matrix read a row at a time by index (a token table), not by
+/// [`q8_matmul`].
+pub fn q8_rows<B: Q8Matmul, const D: usize>(values: Vec<i8>, shape: impl Into<Shape>, device: &B::Device) -> Tensor<B, D, Int> {
     Tensor::from_data(TensorData::new(values, shape), (device, B::q8_values_dtype()))
 }
 
@@ -107,16 +114,19 @@ pub fn quantize_q8(weights: &[f32], cols: usize) -> (Vec<i8>, Vec<f32>) {
         .par_chunks_mut(Q8_BLOCK)
         .zip(scales.par_iter_mut())
         .zip(weights.par_chunks(Q8_BLOCK))
-        .for_each(|((values, scale), block)| {
-            let amax = block.iter().fold(0f32, |m, w| m.max(w.abs()));
-            let d = amax / 127.0;
-            let inverse = if d != 0.0 { 1.0 / d } else { 0.0 };
-            for (value, w) in values.iter_mut().zip(block) {
-                *value = (w * inverse).round() as i8;
-            }
-            *scale = f16::from_f32(d).to_f32();
-        });
+        .for_each(|((values, scale), block)| *scale = quantize_q8_block(block, values));
     (values, scales)
+}
+
+/// One block of [`quantize_q8`]: writes the values, returns the scale (an f16, as f32).
+pub fn quantize_q8_block(block: &[f32], values: &mut [i8]) -> f32 {
+    let amax = block.iter().fold(0f32, |m, w| m.max(w.abs()));
+    let d = amax / 127.0;
+    let inverse = if d != 0.0 { 1.0 / d } else { 0.0 };
+    for (value, w) in values.iter_mut().zip(block) {
+        *value = (w * inverse).round() as i8;
+    }
+    f16::from_f32(d).to_f32()
 }
 
 /// Rounds row-major `[rows, cols]` activations (`cols` a multiple of [`Q8_BLOCK`]) to 8-bit

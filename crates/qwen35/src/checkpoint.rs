@@ -1,5 +1,6 @@
 //! A safetensors checkpoint on disk: one file or shards listed by `model.safetensors.index.json`,
-//! memory-mapped, read one tensor at a time as f32 (converted in parallel).
+//! memory-mapped, read one tensor at a time as f32 or straight into Q8_0 blocks (converted in
+//! parallel).
 //!
 //! Nothing is copied into RAM until a tensor is read, and then only that tensor: a checkpoint
 //! larger than memory can be opened, and loading holds the model plus one tensor in flight.
@@ -14,6 +15,8 @@ use rayon::prelude::*;
 use safetensors::tensor::{Dtype, TensorInfo};
 use safetensors::SafeTensors;
 use serde::Deserialize;
+
+use decider_ops::{Q8_BLOCK, quantize_q8_block};
 
 use crate::error::LoadError;
 
@@ -132,6 +135,48 @@ impl Checkpoint {
     /// Reads tensor `name`, checks it has `expected` shape, and converts it to f32 (F32, BF16 and
     /// F16 are accepted, mixed freely across tensors).
     pub fn read_f32(&self, name: &str, expected: &[usize]) -> Result<Vec<f32>, LoadError> {
+        let tensor = self.tensor_bytes(name, expected)?;
+        let mut values = vec![0.0f32; tensor.len()];
+        let non_finite = values
+            .par_chunks_mut(CHUNK)
+            .zip(tensor.bytes.par_chunks(CHUNK * tensor.width))
+            .map(|(out, bytes)| {
+                tensor.convert(bytes, out);
+                NonFinite::of(out)
+            })
+            .collect();
+        tensor.finish(non_finite)?;
+        Ok(values)
+    }
+
+    /// Reads tensor `name` (of `expected` shape, its last dimension whole blocks) straight into
+    /// Q8_0 blocks: the `(values, scales)` that `decider_ops::quantize_q8` makes of its f32
+    /// values, converted a block at a time, with no f32 copy of the tensor.
+    pub fn read_q8(&self, name: &str, expected: &[usize]) -> Result<(Vec<i8>, Vec<f32>), LoadError> {
+        let tensor = self.tensor_bytes(name, expected)?;
+        let mut values = vec![0i8; tensor.len()];
+        let mut scales = vec![0.0f32; tensor.len() / Q8_BLOCK];
+        let non_finite = values
+            .par_chunks_mut(CHUNK)
+            .zip(scales.par_chunks_mut(CHUNK / Q8_BLOCK))
+            .zip(tensor.bytes.par_chunks(CHUNK * tensor.width))
+            .map(|((values, scales), bytes)| {
+                let mut block = [0.0f32; Q8_BLOCK];
+                let mut non_finite = NonFinite::default();
+                for (i, ((values, scale), bytes)) in values.chunks_mut(Q8_BLOCK).zip(scales).zip(bytes.chunks(Q8_BLOCK * tensor.width)).enumerate() {
+                    tensor.convert(bytes, &mut block);
+                    non_finite.add(NonFinite::of(&block), i * Q8_BLOCK);
+                    *scale = quantize_q8_block(&block, values);
+                }
+                non_finite
+            })
+            .collect();
+        tensor.finish(non_finite)?;
+        Ok((values, scales))
+    }
+
+    /// The bytes of tensor `name` and how to read them, once its shape is checked.
+    fn tensor_bytes<'a>(&'a self, name: &'a str, expected: &[usize]) -> Result<TensorBytes<'a>, LoadError> {
         let (shard, info) = self
             .tensors
             .get(name)
@@ -145,7 +190,7 @@ impl Checkpoint {
         }
         let shard = &self.shards[*shard];
         let (start, end) = info.data_offsets;
-        let bytes = &shard.map[shard.data_start + start..shard.data_start + end];
+        let (start, end) = (shard.data_start + start, shard.data_start + end);
         let convert: fn(&[u8]) -> f32 = match info.dtype {
             Dtype::F32 => |b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
             Dtype::BF16 => |b| bf16::from_le_bytes([b[0], b[1]]).to_f32(),
@@ -154,21 +199,75 @@ impl Checkpoint {
                 return Err(LoadError::UnsupportedDtype { name: name.to_owned(), dtype: format!("{other:?}") });
             }
         };
-        // Converted in parallel, a block of values per task.
-        const BLOCK: usize = 1 << 16;
-        let width = info.dtype.bitsize() / 8;
-        let mut values = vec![0.0f32; bytes.len() / width];
-        values.par_chunks_mut(BLOCK).zip(bytes.par_chunks(BLOCK * width)).for_each(|(out, bytes)| {
-            for (value, b) in out.iter_mut().zip(bytes.chunks_exact(width)) {
-                *value = convert(b);
-            }
-        });
-        // A NaN weight would make every answer NaN; it is refused here, naming the tensor.
-        if let Some(first) = values.par_iter().position_first(|v| !v.is_finite()) {
-            let count = values.par_iter().filter(|v| !v.is_finite()).count();
-            return Err(LoadError::NonFinite { name: name.to_owned(), count, first });
+        Ok(TensorBytes { name, map: &shard.map, start, bytes: &shard.map[start..end], width: info.dtype.bitsize() / 8, convert })
+    }
+}
+
+/// Values converted per task when a tensor is read.
+const CHUNK: usize = 1 << 16;
+
+/// One tensor's bytes in the memory map, while it is read.
+struct TensorBytes<'a> {
+    name: &'a str,
+    map: &'a Mmap,
+    start: usize,
+    bytes: &'a [u8],
+    /// Bytes per value.
+    width: usize,
+    convert: fn(&[u8]) -> f32,
+}
+
+impl TensorBytes<'_> {
+    fn len(&self) -> usize {
+        self.bytes.len() / self.width
+    }
+
+    /// Converts the values in `bytes` to `out`.
+    fn convert(&self, bytes: &[u8], out: &mut [f32]) {
+        for (value, b) in out.iter_mut().zip(bytes.chunks_exact(self.width)) {
+            *value = (self.convert)(b);
         }
-        Ok(values)
+    }
+
+    /// Refuses a tensor with a non-finite value (a NaN weight would make every answer NaN),
+    /// naming it; `chunks` are the reads of each [`CHUNK`] of values, in order. Then hands the
+    /// tensor's pages of the file back to the kernel: the resident memory of a load grows by
+    /// what it keeps, not by the checkpoint's size.
+    fn finish(self, chunks: Vec<NonFinite>) -> Result<(), LoadError> {
+        let mut all = NonFinite::default();
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            all.add(chunk, i * CHUNK);
+        }
+        #[cfg(unix)]
+        // SAFETY: the map is a shared, read-only map of a file, and the tensor's bytes are no
+        // longer borrowed: dropped pages are read again from the file if touched again (the
+        // first and last page may hold a neighbour's bytes).
+        let _ = unsafe { self.map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, self.start, self.bytes.len()) };
+        match all.first {
+            Some(first) => Err(LoadError::NonFinite { name: self.name.to_owned(), count: all.count, first }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The non-finite values of a run of values: how many, and the first one's index.
+#[derive(Default)]
+struct NonFinite {
+    count: usize,
+    first: Option<usize>,
+}
+
+impl NonFinite {
+    fn of(values: &[f32]) -> Self {
+        let first = values.iter().position(|v| !v.is_finite());
+        let count = first.map_or(0, |first| values[first..].iter().filter(|v| !v.is_finite()).count());
+        NonFinite { count, first }
+    }
+
+    /// Adds those of the run starting `offset` values after this one's start.
+    fn add(&mut self, other: NonFinite, offset: usize) {
+        self.count += other.count;
+        self.first = self.first.or(other.first.map(|first| first + offset));
     }
 }
 

@@ -2,11 +2,12 @@
 //!
 //! Which parameters a format applies to: the large projections (DeltaNet `in_proj_qkv`,
 //! `in_proj_z`, `out_proj`; attention `q/k/v/o_proj`; the MLP and shared expert; the routed
-//! experts), over 95 % of the weights. Everything else stays f32 whatever the format: the
-//! embeddings and the output head (the decision readout reads a few rows of them), the norms,
-//! the router and shared-expert gates, the DeltaNet gates `in_proj_a`/`in_proj_b` (their
-//! outputs set the decay and the write strength of the recurrent state), `A_log`, `dt_bias` and
-//! the conv kernel. A projection whose input width is not a whole number of blocks stays f32.
+//! experts) and the token tables (the embeddings and an untied output head, see
+//! [`crate::token_table`]): all but a fraction of a percent of the weights. Everything else
+//! stays f32 whatever the format: the norms, the router and shared-expert gates, the DeltaNet
+//! gates `in_proj_a`/`in_proj_b` (their outputs set the decay and the write strength of the
+//! recurrent state), `A_log`, `dt_bias` and the conv kernel. A weight whose input width (a
+//! table's hidden width) is not a whole number of blocks stays f32.
 
 use std::fmt;
 use std::str::FromStr;
@@ -75,25 +76,19 @@ impl<B: Backend, const D: usize> Q8Weight<B, D> {
     /// Lazy zero weights of shape `[..., out, in]`, to be filled from a checkpoint (nothing is
     /// allocated until a parameter is read).
     pub fn init(values_shape: [usize; D], device: &B::Device) -> Self {
-        let mut scales_shape = values_shape;
-        scales_shape[D - 1] /= Q8_BLOCK;
-        Q8Weight {
-            values: Param::uninitialized(
-                ParamId::new(),
-                move |device, _| Tensor::zeros(values_shape, device),
-                device.clone(),
-                false,
-                values_shape.into(),
-            ),
-            scales: Param::uninitialized(
-                ParamId::new(),
-                move |device, _| Tensor::zeros(scales_shape, device),
-                device.clone(),
-                false,
-                scales_shape.into(),
-            ),
-        }
+        let (values, scales) = lazy_q8_params(values_shape, device);
+        Q8Weight { values, scales }
     }
+}
+
+/// Lazy zero parameters for Q8_0 `values [..., rows, cols]` and their `scales [..., rows, cols /
+/// 32]` (nothing is allocated until a parameter is read).
+pub(crate) fn lazy_q8_params<B: Backend, const D: usize>(values_shape: [usize; D], device: &B::Device) -> (Param<Tensor<B, D, Int>>, Param<Tensor<B, D>>) {
+    let mut scales_shape = values_shape;
+    scales_shape[D - 1] /= Q8_BLOCK;
+    let values = Param::uninitialized(ParamId::new(), move |device, _| Tensor::zeros(values_shape, device), device.clone(), false, values_shape.into());
+    let scales = Param::uninitialized(ParamId::new(), move |device, _| Tensor::zeros(scales_shape, device), device.clone(), false, scales_shape.into());
+    (values, scales)
 }
 
 impl<B: Q8Matmul> Q8Weight<B, 2> {

@@ -23,6 +23,7 @@ pub mod moe;
 pub mod norm;
 pub mod projection;
 pub mod rope;
+pub mod token_table;
 pub mod weights;
 
 pub use cache::ModelCache;

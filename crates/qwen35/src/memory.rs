@@ -5,7 +5,7 @@
 //! (keys and values of its tokens, the recurrent states of its rows), its output, and the
 //! largest working set of one layer on one segment ([`PrefillBlocks`]), attention's scores of
 //! one key block included. The widths below count the f32 values each layer keeps alive per
-//! token row at once, read off its `forward`; `crates/decider/tests/working_memory.rs`
+//! token row at once, read off its `forward`; `tests/working_memory.rs`
 //! checks the bound against the bytes really allocated, at several widths and shapes.
 
 use burn::tensor::backend::Backend;
@@ -38,7 +38,7 @@ pub struct CallMemory {
 impl<B: Backend> Qwen35Model<B> {
     /// What sets the memory of this model's calls.
     pub fn call_memory(&self) -> CallMemory {
-        let hidden = self.embed_tokens.weight.lazy_shape().dims::<2>()[1];
+        let [_, hidden] = self.embed_tokens.dims();
         let (mut cache_per_token, mut state_per_row) = (0, 0);
         for layer in &self.layers {
             match &layer.mixer {

@@ -1,7 +1,6 @@
 //! The Qwen3.5 text model (transformers `models/qwen3_5/modeling_qwen3_5.py`): embeddings, decoder layers, final norm, output head.
 
 use burn::module::Module;
-use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::tensor::{Int, Tensor, backend::Backend};
 use crate::Qwen35Ops;
 
@@ -15,16 +14,17 @@ use crate::mlp::MlpConfig;
 use crate::moe::SparseMoeConfig;
 use crate::norm::{RmsNorm, RmsNormConfig};
 use crate::rope::RotaryEmbedding;
+use crate::token_table::{TokenTable, TokenTableConfig};
 
 #[derive(Module, Debug)]
 pub struct Qwen35Model<B: Backend> {
     /// `[vocab, hidden]`.
-    pub embed_tokens: Embedding<B>,
+    pub embed_tokens: TokenTable<B>,
     pub layers: Vec<DecoderLayer<B>>,
     /// Final zero-centred RMSNorm.
     pub norm: RmsNorm<B>,
-    /// `[hidden, vocab]`; `None` when the embeddings are tied (the head is `embed_tokens^T`).
-    pub lm_head: Option<Linear<B>>,
+    /// `[vocab, hidden]`; `None` when the embeddings are tied (the head is `embed_tokens`).
+    pub lm_head: Option<TokenTable<B>>,
     pub rotary_dim: usize,
     pub rope_theta: f64,
     /// How a long call is split to keep its working memory bounded.
@@ -123,16 +123,23 @@ impl Qwen35Config {
     /// filled from a checkpoint (block formats initialise to zero weights).
     pub fn init_with_weights<B: Backend>(&self, weights: WeightFormat, device: &B::Device) -> Qwen35Model<B> {
         let h = self.hidden_size;
+        let table = TokenTableConfig::new(self.vocab_size, h).with_weights(weights);
         Qwen35Model {
-            embed_tokens: EmbeddingConfig::new(self.vocab_size, h).init(device),
+            embed_tokens: table.init(device),
             layers: (0..self.num_hidden_layers).map(|i| self.layer_config(i, weights).init(device)).collect(),
             norm: RmsNormConfig::new(h).with_eps(self.rms_norm_eps).init(device),
-            lm_head: (!self.tie_word_embeddings)
-                .then(|| LinearConfig::new(h, self.vocab_size).with_bias(false).init(device)),
+            lm_head: (!self.tie_word_embeddings).then(|| table.init(device)),
             rotary_dim: self.rotary_dim(),
             rope_theta: self.rope_theta,
             blocks: PrefillBlocks::default(),
         }
+    }
+}
+
+impl<B: Backend> Qwen35Model<B> {
+    /// The output head's table: `lm_head`, or the embeddings when they are tied.
+    pub fn head(&self) -> &TokenTable<B> {
+        self.lm_head.as_ref().unwrap_or(&self.embed_tokens)
     }
 }
 
@@ -153,7 +160,7 @@ impl<B: Qwen35Ops> Qwen35Model<B> {
     /// needs only some logits (a decision reads a few label rows) projects these itself.
     /// `ids` must be below `vocab_size` and `cache` must come from this model.
     pub fn hidden_states(&self, ids: Tensor<B, 2, Int>, cache: &mut ModelCache<B>) -> Tensor<B, 3> {
-        join(self.segments(ids).map(|ids| self.run(self.embed_tokens.forward(ids), cache, None)).collect())
+        join(self.segments(ids).map(|ids| self.run(self.embed_tokens.embed(ids), cache, None)).collect())
     }
 
     /// Every intermediate of a forward over a fresh sequence (run in segments like any call,
@@ -162,7 +169,7 @@ impl<B: Qwen35Ops> Qwen35Model<B> {
         let mut cache = self.new_cache();
         let (mut embeddings, mut norms, mut layers) = (Vec::new(), Vec::new(), Vec::new());
         for ids in self.segments(ids) {
-            let embedded = self.embed_tokens.forward(ids);
+            let embedded = self.embed_tokens.embed(ids);
             let mut segment_layers = Vec::with_capacity(self.layers.len());
             norms.push(self.run(embedded.clone(), &mut cache, Some(&mut segment_layers)));
             embeddings.push(embedded);
@@ -202,10 +209,7 @@ impl<B: Qwen35Ops> Qwen35Model<B> {
 
     /// Projects hidden states onto the vocabulary (the tied embeddings or `lm_head`).
     pub fn output_head(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
-        match &self.lm_head {
-            Some(head) => head.forward(hidden),
-            None => hidden.matmul(self.embed_tokens.weight.val().transpose().unsqueeze::<3>()),
-        }
+        self.head().logits(hidden)
     }
 
     /// Runs the decoder layers and the final norm over one segment of embedded tokens, extending `cache`;

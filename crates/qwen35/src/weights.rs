@@ -21,7 +21,7 @@ use std::path::Path;
 
 use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
-use decider_ops::{Q8Matmul, q8_values, quantize_q8};
+use decider_ops::{Q8Matmul, q8_rows, q8_values};
 use rayon::prelude::*;
 
 use crate::checkpoint::Checkpoint;
@@ -60,19 +60,24 @@ pub enum Stored {
     /// The weight of its module (`{module}.weight`, or the experts' tensors), transposed to
     /// `[in, out]` (burn's `Linear`; stacked experts `[E, in, out]`).
     Transposed { of_module: bool },
-    /// The values of the weight of its module in Q8_0 blocks, in the checkpoint's orientation.
-    Q8Values,
+    /// The values of the weight of its module in Q8_0 blocks, in the checkpoint's orientation:
+    /// in the matmul kernel's layout (`Q8Weight`, whose f32 form is a transposed `Linear`), or
+    /// in row order (`Q8Rows`, a token table, whose f32 form is an `Embedding` of the same
+    /// orientation).
+    Q8Values { kernel_layout: bool },
     /// The block scales that go with the `Q8Values` read just before.
     Q8Scales,
 }
 
 /// `(owning module type, field, how it is held)`; fields not listed are stored as they are.
-pub const STORED: [(&str, &str, Stored); 6] = [
+pub const STORED: [(&str, &str, Stored); 8] = [
     ("Struct:Linear", "weight", Stored::Transposed { of_module: true }),
     ("Struct:FloatExperts", "gate_up_proj", Stored::Transposed { of_module: false }),
     ("Struct:FloatExperts", "down_proj", Stored::Transposed { of_module: false }),
-    ("Struct:Q8Weight", "values", Stored::Q8Values),
+    ("Struct:Q8Weight", "values", Stored::Q8Values { kernel_layout: true }),
     ("Struct:Q8Weight", "scales", Stored::Q8Scales),
+    ("Struct:Q8Rows", "values", Stored::Q8Values { kernel_layout: false }),
+    ("Struct:Q8Rows", "scales", Stored::Q8Scales),
     ("Struct:GatedDeltaNet", "conv1d", Stored::Conv1dKernel),
 ];
 
@@ -162,58 +167,50 @@ impl<'a, B: Q8Matmul> CheckpointFiller<'a, B> {
 
     /// How the parameter at the current path is held.
     fn stored(&self) -> Stored {
-        let Some((field, owner)) = self.path.last() else { return Stored::AsIs };
-        STORED
-            .iter()
-            .find(|(rule_owner, rule_field, _)| rule_owner == owner && rule_field == field)
-            .map_or(Stored::AsIs, |(_, _, stored)| *stored)
+        self.path.last().map_or(Stored::AsIs, |(field, owner)| stored(owner, field))
     }
 
-    fn read(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, LoadError> {
+    /// Reads tensor `name` of `shape` with `read` (a reader of [`Checkpoint`]).
+    fn read<T>(&mut self, name: &str, shape: &[usize], read: Reader<T>) -> Result<T, LoadError> {
         self.tensors_read.push(name.to_owned());
-        self.checkpoint.read_f32(name, shape)
+        read(self.checkpoint, name, shape)
     }
 
-    /// The weight `name` as `[batch, out, in]` values: `{name}.weight` (batch 1), or routed
-    /// experts, fused or per expert.
-    fn read_weight(&mut self, name: &str, [batch, d_out, d_in]: [usize; 3]) -> Result<Vec<f32>, LoadError> {
+    /// The weight `name` as `[batch, out, in]` values, read by `read`: `{name}.weight` (batch
+    /// 1), or routed experts, fused or per expert.
+    fn read_weight<T: Stack>(&mut self, name: &str, [batch, d_out, d_in]: [usize; 3], read: Reader<T>) -> Result<T, LoadError> {
         let (module, field) = name.rsplit_once('.').unwrap_or(("", name));
         let expert_parts = EXPERT_PARTS.iter().find(|(weight, _)| *weight == field).map(|(_, parts)| *parts);
         match expert_parts {
             Some(parts) if module.ends_with("experts") => {
                 if self.checkpoint.contains(name) {
-                    return self.read(name, &[batch, d_out, d_in]);
+                    return self.read(name, &[batch, d_out, d_in], read);
                 }
                 let part_out = d_out / parts.len();
-                let mut stacked = Vec::new();
+                let mut stacked = T::default();
                 for expert in 0..batch {
                     for part in parts {
-                        let values = self.read(&format!("{module}.{expert}.{part}.weight"), &[part_out, d_in])?;
-                        // Sized once the first tensor has passed its shape check: the widths
-                        // are then the checkpoint's, not only the config's.
-                        if stacked.capacity() == 0 {
-                            stacked.reserve_exact(batch * d_out * d_in);
-                        }
-                        stacked.extend(values);
+                        let values = self.read(&format!("{module}.{expert}.{part}.weight"), &[part_out, d_in], read)?;
+                        stacked.append(values, batch * parts.len());
                     }
                 }
                 Ok(stacked)
             }
-            _ => self.read(&format!("{name}.weight"), &[d_out, d_in]),
+            _ => self.read(&format!("{name}.weight"), &[d_out, d_in], read),
         }
     }
 
     /// The float values of the parameter at the current path, in the module's `shape`.
     fn float_values(&mut self, shape: &[usize]) -> Result<Vec<f32>, LoadError> {
         match self.stored() {
-            Stored::AsIs => self.read(&self.checkpoint_name(false), shape),
+            Stored::AsIs => self.read(&self.checkpoint_name(false), shape, Checkpoint::read_f32),
             Stored::Conv1dKernel => {
                 let &[channels, kernel] = shape else { unreachable!("the conv kernel is 2-D") };
-                self.read(&self.checkpoint_name(false), &[channels, 1, kernel])
+                self.read(&self.checkpoint_name(false), &[channels, 1, kernel], Checkpoint::read_f32)
             }
             Stored::Transposed { of_module } => {
                 let (batch, d_in, d_out) = stack_dims(shape);
-                let weight = self.read_weight(&self.checkpoint_name(of_module), [batch, d_out, d_in])?;
+                let weight = self.read_weight(&self.checkpoint_name(of_module), [batch, d_out, d_in], Checkpoint::read_f32)?;
                 Ok(transpose_last2(&weight, batch, d_out, d_in))
             }
             Stored::Q8Scales => {
@@ -223,7 +220,7 @@ impl<'a, B: Q8Matmul> CheckpointFiller<'a, B> {
                     _ => unreachable!("Q8Weight holds its values before its scales"),
                 }
             }
-            Stored::Q8Values => unreachable!("Q8 values are ints"),
+            Stored::Q8Values { .. } => unreachable!("Q8 values are ints"),
         }
     }
 
@@ -231,8 +228,7 @@ impl<'a, B: Q8Matmul> CheckpointFiller<'a, B> {
     /// for the next parameter.
     fn q8_values(&mut self, shape: [usize; 3]) -> Result<Vec<i8>, LoadError> {
         let name = self.checkpoint_name(true);
-        let weight = self.read_weight(&name, shape)?;
-        let (values, scales) = quantize_q8(&weight, shape[2]);
+        let (values, scales) = self.read_weight(&name, shape, Checkpoint::read_q8)?;
         self.pending_scales = Some((name, scales));
         Ok(values)
     }
@@ -269,13 +265,17 @@ impl<B: Q8Matmul> ModuleMapper<B> for CheckpointFiller<'_, B> {
         if self.error.is_some() {
             return param;
         }
-        assert_eq!(self.stored(), Stored::Q8Values, "the only int parameters are Q8 values");
+        let Stored::Q8Values { kernel_layout } = self.stored() else { unreachable!("the only int parameters are Q8 values") };
         let shape = param.lazy_shape().dims::<D>();
         let (batch, d_out, d_in) = stack_dims(&shape);
         match self.q8_values([batch, d_out, d_in]) {
             Ok(values) => {
                 let id = param.id;
-                param.transform_for_load(q8_values(values, shape, self.device), id)
+                let values = match kernel_layout {
+                    true => q8_values(values, shape, self.device),
+                    false => q8_rows(values, shape, self.device),
+                };
+                param.transform_for_load(values, id)
             }
             Err(error) => {
                 self.error = Some(error);
@@ -283,6 +283,40 @@ impl<B: Q8Matmul> ModuleMapper<B> for CheckpointFiller<'_, B> {
             }
         }
     }
+}
+
+/// A way of reading a checkpoint tensor: [`Checkpoint::read_f32`] or [`Checkpoint::read_q8`].
+type Reader<T> = fn(&Checkpoint, &str, &[usize]) -> Result<T, LoadError>;
+
+/// What a reader returns, stacked from per-expert tensors.
+trait Stack: Default {
+    /// Appends `part`, one of `parts` of the same size (room for all is made at the first).
+    fn append(&mut self, part: Self, parts: usize);
+}
+
+impl<T> Stack for Vec<T> {
+    fn append(&mut self, part: Self, parts: usize) {
+        if self.capacity() == 0 {
+            self.reserve_exact(part.len() * parts);
+        }
+        self.extend(part);
+    }
+}
+
+impl<A: Stack, B: Stack> Stack for (A, B) {
+    fn append(&mut self, (a, b): Self, parts: usize) {
+        self.0.append(a, parts);
+        self.1.append(b, parts);
+    }
+}
+
+/// How the field `field` of a module of type `owner` (burn's container type, `Struct:Name`) is
+/// held: its rule in [`STORED`], or [`Stored::AsIs`].
+pub fn stored(owner: &str, field: &str) -> Stored {
+    STORED
+        .iter()
+        .find(|(rule_owner, rule_field, _)| *rule_owner == owner && *rule_field == field)
+        .map_or(Stored::AsIs, |(_, _, stored)| *stored)
 }
 
 /// `(weights, rows, cols)` of a weight `[rows, cols]` (one weight) or a stack of them

@@ -1,7 +1,7 @@
 //! `WorkingMemory::bytes`, the bound a server checks against its memory budget before it runs
 //! a request, against the bytes a run really allocates: this test binary's global allocator
-//! counts every live byte, and each run's peak beyond what was live before it is the measure.
-//! On ndarray every tensor lives on the heap, so nothing escapes the count.
+//! counts every live byte (`integration_tests::counting`), and each run's peak beyond what was
+//! live before it is the measure.
 //!
 //! Shapes: the demo model, and 4-layer slices of decider-2b's widths (f32 and q8) and of
 //! decider-35b-a3b's (32 experts instead of 256: only the router's width depends on the count)
@@ -9,70 +9,18 @@
 //! alone, a long state shared by several question rows, and sixteen one-row requests of
 //! unequal lengths scored together.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use burn::backend::NdArray;
 use decider::demo::random_model;
 use decider::{Decider, Plan, Prompter, Row, SystemOneRequest};
+use integration_tests::counting::{Counting, peak_of};
+use integration_tests::fixture_path;
 use qwen35::{PrefillBlocks, Qwen35Config, WeightFormat};
 use serde_json::{Map, Value, json};
 
 type B = NdArray<f32>;
 
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-fn grew(bytes: usize) {
-    let now = LIVE.fetch_add(bytes, Ordering::SeqCst) + bytes;
-    PEAK.fetch_max(now, Ordering::SeqCst);
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            grew(layout.size());
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if !p.is_null() {
-            grew(layout.size());
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(p, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
-    }
-
-    unsafe fn realloc(&self, p: *mut u8, layout: Layout, size: usize) -> *mut u8 {
-        let q = unsafe { System.realloc(p, layout, size) };
-        if !q.is_null() {
-            // Old and new blocks may both be live during the move.
-            grew(size);
-            LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
-        }
-        q
-    }
-}
-
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
-
-/// Bytes allocated at the peak of `run`, beyond those live before it.
-fn peak_of(run: impl FnOnce()) -> usize {
-    let before = LIVE.load(Ordering::SeqCst);
-    PEAK.store(before, Ordering::SeqCst);
-    run();
-    PEAK.load(Ordering::SeqCst) - before
-}
 
 /// A `/v1/systemone` request's rows: a state of about `words` words and `questions` questions.
 fn rows(prompter: &Prompter, words: usize, questions: usize) -> Plan {
@@ -86,7 +34,7 @@ fn rows(prompter: &Prompter, words: usize, questions: usize) -> Plan {
 /// the GPUs' chunked delta rule too, which keeps more per token than the CPUs' scan).
 fn check(decider: &Decider<B>, name: &str, requests: &[&[Row]]) {
     let estimate = decider.working_memory().bytes(requests);
-    let measured = peak_of(|| {
+    let ((), _, measured) = peak_of(|| {
         let answers = decider.slot_probabilities_of(requests);
         assert!(answers.iter().all(Result::is_ok), "{name}: answered");
     });
@@ -110,7 +58,7 @@ fn requests(prompter: &Prompter, words: usize) -> Vec<(&'static str, Vec<Plan>)>
 /// DeltaNet, one attention) and `experts` experts if it has them, with tied embeddings (the
 /// head's memory is the weights', not a call's).
 fn real_widths(name: &str, experts: usize) -> Qwen35Config {
-    let path = format!("{}/../../tests/fixtures/configs/{name}.json", env!("CARGO_MANIFEST_DIR"));
+    let path = fixture_path(&format!("configs/{name}.json"));
     let mut config: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("config fixture")).expect("config JSON");
     let text = config["text_config"].as_object_mut().expect("a text_config");
     text.insert("num_hidden_layers".into(), json!(4));

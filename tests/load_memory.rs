@@ -1,0 +1,55 @@
+//! Loading holds the model plus at most one tensor in flight: the bytes allocated at the peak of
+//! a load are at most the loaded model's plus its largest parameter's, in f32 and in q8 (where
+//! a bf16 tensor is quantized as it is read, with no f32 copy of it). The checkpoint is the
+//! dense fixture with a 131,072-row embedding, so that one tensor dominates as the embeddings of
+//! the real models do, and an extra f32 copy of it would show.
+
+use integration_tests::counting::{Counting, peak_of};
+use integration_tests::{fixture_copy, rewrite_tensors};
+use qwen35::WeightFormat;
+use safetensors::Dtype;
+use serde_json::Value;
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+type B = burn::backend::NdArray<f32>;
+
+const VOCAB: usize = 131_072;
+
+/// Bytes allocated beyond the model and its largest parameter: the checkpoint's index, names,
+/// module paths.
+const SLACK: usize = 1 << 20;
+
+#[test]
+fn loading_peaks_at_the_model_plus_one_tensor() {
+    let dir = fixture_copy("dense/save_pretrained");
+    let config_path = dir.path().join("config.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+    config["vocab_size"] = VOCAB.into();
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    let hidden = 32;
+    rewrite_tensors(&dir.path().join("model.safetensors"), |name, dtype, shape, data| {
+        Some(match name.ends_with("embed_tokens.weight") {
+            true => {
+                assert_eq!(shape[1], hidden, "the fixture's hidden width");
+                // Small bf16 values of varied sizes: every block gets its own scale.
+                let values = (0..VOCAB * hidden).flat_map(|i| half::bf16::from_f32(((i * 7919) % 1999) as f32 / 1999.0 - 0.5).to_le_bytes());
+                (Dtype::BF16, vec![VOCAB, hidden], values.collect())
+            }
+            false => (dtype, shape, data),
+        })
+    });
+    let mut kept = Vec::new();
+    for (weights, bytes_per_value) in [(WeightFormat::F32, 4.0), (WeightFormat::Q8, 1.0 + 4.0 / 32.0)] {
+        let (model, live, peak) = peak_of(|| qwen35::load_model_with_weights::<B>(dir.path(), weights, &Default::default()).unwrap());
+        let largest = (VOCAB as f64 * hidden as f64 * bytes_per_value) as usize;
+        let mib = |b: usize| b as f64 / (1 << 20) as f64;
+        eprintln!("{weights}: model {:.1} MiB, peak {:.1} MiB, largest parameter {:.1} MiB", mib(live), mib(peak), mib(largest));
+        assert!(peak <= live + largest + SLACK, "{weights}: loading peaked at {peak} bytes, more than the model's {live} + {largest} + {SLACK}");
+        assert!(live >= largest, "{weights}: the model ({live} bytes) is smaller than its embeddings ({largest})");
+        kept.push(live);
+        drop(model);
+    }
+    assert!(kept[1] * 3 < kept[0], "the q8 model ({} bytes) is not under a third of the f32 one ({})", kept[1], kept[0]);
+}
