@@ -1,5 +1,6 @@
 //! Loading holds the model plus at most one tensor in flight: the bytes allocated at the peak of
-//! a load are at most the loaded model's plus its largest parameter's, in f32 and in q8 (where
+//! a load are at most the loaded model's plus its largest parameter's, and the model holds what
+//! `Qwen35Model::weight_bytes` says from its shapes alone, in f32 and in q8 (where
 //! a bf16 tensor is quantized as it is read, with no f32 copy of it). The checkpoint is the
 //! dense fixture with a 131,072-row embedding, so that one tensor dominates as the embeddings of
 //! the real models do, and an extra f32 copy of it would show.
@@ -48,6 +49,10 @@ fn loading_peaks_at_the_model_plus_one_tensor() {
         eprintln!("{weights}: model {:.1} MiB, peak {:.1} MiB, largest parameter {:.1} MiB", mib(live), mib(peak), mib(largest));
         assert!(peak <= live + largest + SLACK, "{weights}: loading peaked at {peak} bytes, more than the model's {live} + {largest} + {SLACK}");
         assert!(live >= largest, "{weights}: the model ({live} bytes) is smaller than its embeddings ({largest})");
+        let sized = model.1.weight_bytes();
+        assert!(sized <= live && live <= sized + SLACK, "{weights}: the model holds {live} bytes, its weights are sized at {sized}");
+        let lazy = model.0.init_with_weights::<B>(weights, &Default::default()).weight_bytes();
+        assert_eq!(lazy, sized, "{weights}: a lazily built model is sized as the loaded one");
         kept.push(live);
         drop(model);
     }

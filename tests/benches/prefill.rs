@@ -13,7 +13,9 @@
 //! 3) in tokens/s (past 4,096 tokens a single timed forward), and the peak resident memory of
 //! those forwards over the resident memory of the built model (Linux: the peak is reset through
 //! `/proc/self/clear_refs`). Every format of a backend is measured in the same run, so their
-//! ratios are the figures to read.
+//! ratios are the figures to read. Each format also prints the weight bytes of the whole model
+//! the stack is cut from (`Qwen35Model::weight_bytes` of the lazily built full config: nothing
+//! is allocated), decider-2b's and decider-35b-a3b's in that format.
 //!
 //! Run: `cargo bench -p integration-tests --bench prefill [--features decider-ops/candle,decider-ops/wgpu]`
 //! (or `cargo xtask bench`). `DECIDER_BENCH_TOKENS` (default `128,512,2048`; `32768` measures
@@ -44,8 +46,14 @@ const STACKS: [Stack; 2] = [
 ];
 
 impl Stack {
+    /// The config of the whole model.
+    fn full_config(&self) -> Qwen35Config {
+        Qwen35Config::from_file(fixture_path(&format!("configs/{}", self.config))).expect("a committed config")
+    }
+
+    /// The config of the stack.
     fn config(&self) -> Qwen35Config {
-        let mut config = Qwen35Config::from_file(fixture_path(&format!("configs/{}", self.config))).expect("a committed config");
+        let mut config = self.full_config();
         config.layer_types = self.layers.iter().map(|&layer| config.layer_types[layer]).collect();
         config.num_hidden_layers = self.layers.len();
         config.vocab_size = 1024;
@@ -76,6 +84,8 @@ fn bench_backend<B: Qwen35Ops>(backend: &str) {
         let config = stack.config();
         for format in &formats {
             let weights: WeightFormat = format.parse().expect("DECIDER_BENCH_WEIGHTS: weight formats");
+            let full = stack.full_config().init_with_weights::<B>(weights, &device).weight_bytes();
+            println!("prefill {backend} {} {weights}: the whole model's weights are {:.2} GB", stack.name, full as f64 / 1e9);
             let building = Instant::now();
             let model = random_model::<B>(&config, weights, &device);
             let (resident, _) = memory_mib();

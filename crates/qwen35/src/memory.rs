@@ -1,5 +1,6 @@
-//! The memory a call of the model takes beyond its weights, bounded from above before it runs,
-//! so that a server can refuse a request that would not fit instead of being killed by it.
+//! The memory of a model: its weights ([`Qwen35Model::weight_bytes`], sized from the shapes
+//! alone), and what a call takes beyond them, bounded from above before it runs, so that a
+//! server can refuse a request that would not fit instead of being killed by it.
 //!
 //! A call ([`Qwen35Model::hidden_states`]) holds three things at its peak: the cache it adds
 //! (keys and values of its tokens, the recurrent states of its rows), its output, and the
@@ -8,7 +9,9 @@
 //! token row at once, read off its `forward`; `tests/working_memory.rs`
 //! checks the bound against the bytes really allocated, at several widths and shapes.
 
-use burn::tensor::backend::Backend;
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::tensor::{Int, Tensor, backend::Backend};
+use decider_ops::Q8Matmul;
 
 use crate::decoder::{DecoderLayer, FeedForward, TokenMixer};
 use crate::delta_rule::CHUNK_SIZE;
@@ -51,6 +54,27 @@ impl<B: Backend> Qwen35Model<B> {
         }
         let layers = self.layers.iter().map(|layer| layer_widths(layer, hidden)).collect();
         CallMemory { hidden, blocks: self.blocks, cache_per_token, state_per_row, layers }
+    }
+}
+
+impl<B: Q8Matmul> Qwen35Model<B> {
+    /// The bytes of this model's parameters, from their shapes and the backend's dtypes, without
+    /// reading them: of a lazily built model too (`Qwen35Config::init_with_weights`), so that the
+    /// weights of a model larger than this machine can be sized in any format.
+    pub fn weight_bytes(&self) -> usize {
+        struct Bytes(usize);
+        impl<B: Q8Matmul> ModuleVisitor<B> for Bytes {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+                self.0 += param.lazy_shape().num_elements() * size_of::<B::FloatElem>();
+            }
+            fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<B, D, Int>>) {
+                // The only int parameters are Q8_0 values.
+                self.0 += param.lazy_shape().num_elements() * B::q8_values_dtype().size();
+            }
+        }
+        let mut bytes = Bytes(0);
+        self.visit(&mut bytes);
+        bytes.0
     }
 }
 
