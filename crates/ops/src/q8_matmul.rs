@@ -124,9 +124,19 @@ pub fn quantize_q8_block(block: &[f32], values: &mut [i8]) -> f32 {
     let d = amax / 127.0;
     let inverse = if d != 0.0 { 1.0 / d } else { 0.0 };
     for (value, w) in values.iter_mut().zip(block) {
-        *value = (w * inverse).round() as i8;
+        *value = round_half_away(w * inverse) as i8;
     }
     f16::from_f32(d).to_f32()
+}
+
+/// `x.round()` (half away from zero, as C's `roundf`) for `|x| < 2^23`, inline: without SSE4.1
+/// `round` is a libm call, which was half the time of quantizing a model while loading it. The
+/// truncation's remainder is exact at these magnitudes.
+#[inline(always)]
+fn round_half_away(x: f32) -> i32 {
+    let truncated = x as i32;
+    let remainder = x - truncated as f32;
+    truncated + i32::from(remainder >= 0.5) - i32::from(remainder <= -0.5)
 }
 
 /// Rounds row-major `[rows, cols]` activations (`cols` a multiple of [`Q8_BLOCK`]) to 8-bit
@@ -165,3 +175,23 @@ pub fn dequantize_q8(values: &[i8], scales: &[f32]) -> Vec<f32> {
         .flat_map(|(block, &d)| block.iter().map(move |&v| v as f32 * d))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::round_half_away;
+
+    #[test]
+    fn rounding_is_half_away_from_zero_as_roundf() {
+        let mut values = vec![0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 126.5, -126.5, 127.0, -127.0, 127.49, f32::MIN_POSITIVE];
+        // Either side of every half step, and a sweep of the range a block's values take.
+        for k in -128..128 {
+            let half = k as f32 + 0.5;
+            values.extend([half.next_down(), half, half.next_up()]);
+        }
+        values.extend((0..100_000).map(|i| -128.0 + i as f32 * 0.00256));
+        for x in values {
+            assert_eq!(round_half_away(x), x.round() as i32, "{x:e}");
+        }
+    }
+}
+

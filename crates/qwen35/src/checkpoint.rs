@@ -191,15 +191,10 @@ impl Checkpoint {
         let shard = &self.shards[*shard];
         let (start, end) = info.data_offsets;
         let (start, end) = (shard.data_start + start, shard.data_start + end);
-        let convert: fn(&[u8]) -> f32 = match info.dtype {
-            Dtype::F32 => |b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-            Dtype::BF16 => |b| bf16::from_le_bytes([b[0], b[1]]).to_f32(),
-            Dtype::F16 => |b| f16::from_le_bytes([b[0], b[1]]).to_f32(),
-            other => {
-                return Err(LoadError::UnsupportedDtype { name: name.to_owned(), dtype: format!("{other:?}") });
-            }
-        };
-        Ok(TensorBytes { name, map: &shard.map, start, bytes: &shard.map[start..end], width: info.dtype.bitsize() / 8, convert })
+        if !matches!(info.dtype, Dtype::F32 | Dtype::BF16 | Dtype::F16) {
+            return Err(LoadError::UnsupportedDtype { name: name.to_owned(), dtype: format!("{:?}", info.dtype) });
+        }
+        Ok(TensorBytes { name, map: &shard.map, start, bytes: &shard.map[start..end], dtype: info.dtype, width: info.dtype.bitsize() / 8 })
     }
 }
 
@@ -212,9 +207,10 @@ struct TensorBytes<'a> {
     map: &'a Mmap,
     start: usize,
     bytes: &'a [u8],
+    /// F32, BF16 or F16.
+    dtype: Dtype,
     /// Bytes per value.
     width: usize,
-    convert: fn(&[u8]) -> f32,
 }
 
 impl TensorBytes<'_> {
@@ -222,10 +218,18 @@ impl TensorBytes<'_> {
         self.bytes.len() / self.width
     }
 
-    /// Converts the values in `bytes` to `out`.
+    /// Converts the values in `bytes` to `out` (one loop per dtype, so the conversion is inlined).
     fn convert(&self, bytes: &[u8], out: &mut [f32]) {
-        for (value, b) in out.iter_mut().zip(bytes.chunks_exact(self.width)) {
-            *value = (self.convert)(b);
+        fn each<const WIDTH: usize>(bytes: &[u8], out: &mut [f32], convert: impl Fn([u8; WIDTH]) -> f32) {
+            for (value, b) in out.iter_mut().zip(bytes.chunks_exact(WIDTH)) {
+                *value = convert(b.try_into().expect("chunks of WIDTH"));
+            }
+        }
+        match self.dtype {
+            Dtype::F32 => each(bytes, out, f32::from_le_bytes),
+            Dtype::BF16 => each(bytes, out, |b| bf16::from_le_bytes(b).to_f32()),
+            Dtype::F16 => each(bytes, out, |b| f16::from_le_bytes(b).to_f32()),
+            _ => unreachable!("checked by tensor_bytes"),
         }
     }
 
