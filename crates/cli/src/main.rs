@@ -4,6 +4,7 @@ mod decide;
 mod forward;
 mod info;
 mod prompt;
+mod quantize;
 
 use clap::{Parser, Subcommand};
 use decider_cli::backend::{self, BackendName};
@@ -28,6 +29,8 @@ enum Command {
     Info(info::InfoArgs),
     /// Run token ids through a model as one sequence and write the logits `[T, vocab]` (f32 .npy).
     Forward(forward::ForwardArgs),
+    /// Write a model folder whose weights are stored in a block format (q8), loaded with no quantizing.
+    Quantize(quantize::QuantizeArgs),
     /// List the backends compiled into this build.
     Backends,
 }
@@ -44,6 +47,7 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => backend::dispatch(args.backend, &args),
         Command::Info(args) => backend::dispatch(args.backend, &args),
         Command::Forward(args) => backend::dispatch(args.backend, &args),
+        Command::Quantize(args) => backend::dispatch(BackendName::default_name(), &args),
         Command::Backends => {
             for name in BackendName::compiled_in() {
                 println!("{name}");

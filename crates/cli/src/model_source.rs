@@ -107,6 +107,14 @@ impl ModelSource {
         qwen35::load_model_with_weights(&dir, weights, device).with_context(|| format!("loading the model in {}", dir.display()))
     }
 
+    /// The model folder (downloaded for a Hub id); `demo` and `random:CONFIG` have none.
+    pub fn folder(&self) -> anyhow::Result<PathBuf> {
+        match self.weights()? {
+            Weights::Folder(dir) => check_folder(&dir, &[Part::Network]).map(|()| dir),
+            Weights::Random(_) => anyhow::bail!("{self} has no weights to read: give a model folder or a Hub id"),
+        }
+    }
+
     /// Where the weights come from (the folder downloaded for a Hub id).
     fn weights(&self) -> anyhow::Result<Weights> {
         Ok(match self {

@@ -149,3 +149,30 @@ fn forward_runs_the_demo_model_as_the_library_builds_it() {
     let expected = model.forward(ids).into_data().convert::<f32>().to_vec::<f32>().unwrap();
     relative_check("demo logits", &written, &expected, 1e-5);
 }
+
+/// `decider quantize` writes a folder that `decider forward` reads into the logits that
+/// quantizing the source at load gives; it refuses f32 and a folder that is not empty.
+#[test]
+fn quantize_writes_a_folder_that_loads_like_quantizing_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let quantized = dir.path().join("q8");
+    let quantize = |to: &str, out: &std::path::Path| {
+        decider().args(["quantize", "--model"]).arg(fixture_path("moe/save_pretrained")).args(["--to", to, "--out"]).arg(out).output().unwrap()
+    };
+    let output = quantize("q8", &quantized);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("tensors in q8"), "{}", String::from_utf8_lossy(&output.stdout));
+    let logits = |model: &std::path::Path, name: &str| -> Vec<f32> {
+        let out = dir.path().join(format!("{name}.npy"));
+        let output = decider().args(["forward", "--model"]).arg(model).args(["--ids", "1,2,3,4,5,6,7", "--weights", "q8", "--out"]).arg(&out).output().unwrap();
+        assert!(output.status.success(), "{name}: {}", String::from_utf8_lossy(&output.stderr));
+        npyz::NpyFile::new(&std::fs::read(&out).unwrap()[..]).unwrap().into_vec().unwrap()
+    };
+    assert_eq!(logits(&quantized, "folder"), logits(&fixture_path("moe/save_pretrained"), "at-load"));
+    for (to, out, message) in [("f32", dir.path().join("f32"), "f32 is not a block format"), ("q8", quantized.clone(), "is not empty")] {
+        let output = quantize(to, &out);
+        assert!(!output.status.success(), "{to}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(message), "{to}: {stderr}");
+    }
+}

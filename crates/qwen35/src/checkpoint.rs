@@ -16,9 +16,10 @@ use safetensors::tensor::{Dtype, TensorInfo};
 use safetensors::SafeTensors;
 use serde::Deserialize;
 
-use decider_ops::{Q8_BLOCK, quantize_q8_block};
+use decider_ops::{Q8_BLOCK, dequantize_q8, quantize_q8_block};
 
 use crate::error::LoadError;
+use crate::format::WeightFormat;
 
 /// The tensors of a checkpoint, by name.
 pub struct Checkpoint {
@@ -103,6 +104,13 @@ impl Checkpoint {
             if let Some(name) = duplicate_key(&map[8..8 + header_len]) {
                 return Err(LoadError::DuplicateTensor { name, places: format!("in {}", path.display()) });
             }
+            // A quantized folder names its format; one this build does not know is refused
+            // before any tensor of it is read.
+            if let Some(format) = metadata.metadata().as_ref().and_then(|m| m.get(FORMAT_KEY)) {
+                if let Err(reason) = format.parse::<WeightFormat>() {
+                    return Err(LoadError::UnknownFormat { path: path.clone(), reason });
+                }
+            }
             let shard = shards.len();
             for (name, info) in metadata.tensors() {
                 if let Some((first, _)) = tensors.get(&name) {
@@ -122,6 +130,13 @@ impl Checkpoint {
         self.tensors.contains_key(name)
     }
 
+    /// Whether the checkpoint holds weight `name` in some form: as it is, or as tensors derived
+    /// from it (`{name}.…`, the blocks of a quantized folder).
+    pub fn has_weight(&self, name: &str) -> bool {
+        let derived = format!("{name}.");
+        self.contains(name) || self.tensors.keys().any(|other| other.starts_with(&derived))
+    }
+
     /// Names of all tensors.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.tensors.keys().map(String::as_str)
@@ -134,8 +149,13 @@ impl Checkpoint {
 
     /// Reads tensor `name`, checks it has `expected` shape, and converts it to f32 (F32, BF16 and
     /// F16 are accepted, mixed freely across tensors).
+    /// A weight stored as the blocks of a quantized folder is dequantized.
     pub fn read_f32(&self, name: &str, expected: &[usize]) -> Result<Vec<f32>, LoadError> {
-        let tensor = self.tensor_bytes(name, expected)?;
+        if !self.contains(name) && self.contains(&block_part(name, Q8_VALUES)) {
+            let (values, scales) = self.read_blocks(name, expected)?;
+            return Ok(dequantize_q8(&values, &scales));
+        }
+        let tensor = self.float_bytes(name, expected)?;
         let mut values = vec![0.0f32; tensor.len()];
         let non_finite = values
             .par_chunks_mut(CHUNK)
@@ -151,9 +171,13 @@ impl Checkpoint {
 
     /// Reads tensor `name` (of `expected` shape, its last dimension whole blocks) straight into
     /// Q8_0 blocks: the `(values, scales)` that `decider_ops::quantize_q8` makes of its f32
-    /// values, converted a block at a time, with no f32 copy of the tensor.
+    /// values, converted a block at a time, with no f32 copy of the tensor. A weight stored as the
+    /// blocks of a quantized folder is read as it is.
     pub fn read_q8(&self, name: &str, expected: &[usize]) -> Result<(Vec<i8>, Vec<f32>), LoadError> {
-        let tensor = self.tensor_bytes(name, expected)?;
+        if self.contains(&block_part(name, Q8_VALUES)) {
+            return self.read_blocks(name, expected);
+        }
+        let tensor = self.float_bytes(name, expected)?;
         let mut values = vec![0i8; tensor.len()];
         let mut scales = vec![0.0f32; tensor.len() / Q8_BLOCK];
         let non_finite = values
@@ -175,12 +199,59 @@ impl Checkpoint {
         Ok((values, scales))
     }
 
-    /// The bytes of tensor `name` and how to read them, once its shape is checked.
+    /// The Q8_0 blocks of weight `name` (of `expected` shape) as a quantized folder holds them,
+    /// checked: `{name}.q8_values` I8 of the weight's shape in `-127..=127`, `{name}.q8_scales`
+    /// F32 with a finite, non-negative scale per block of 32 along the last dimension.
+    fn read_blocks(&self, name: &str, expected: &[usize]) -> Result<(Vec<i8>, Vec<f32>), LoadError> {
+        let (values_name, scales_name) = (block_part(name, Q8_VALUES), block_part(name, Q8_SCALES));
+        let blocks_error = |tensor: &str, reason: String| LoadError::Blocks { name: tensor.to_owned(), reason };
+        let cols = expected.last().copied().unwrap_or(0);
+        if cols % Q8_BLOCK != 0 {
+            return Err(blocks_error(&values_name, format!("rows of {cols} values are not whole blocks of {Q8_BLOCK}")));
+        }
+        let values = self.tensor_bytes(&values_name, expected)?;
+        let mut block_shape = expected.to_vec();
+        if let Some(last) = block_shape.last_mut() {
+            *last /= Q8_BLOCK;
+        }
+        let scales = self.tensor_bytes(&scales_name, &block_shape)?;
+        for (tensor, dtype) in [(&values, Dtype::I8), (&scales, Dtype::F32)] {
+            if tensor.dtype != dtype {
+                return Err(blocks_error(tensor.name, format!("holds {:?} values, not {dtype:?}", tensor.dtype)));
+            }
+        }
+        let q8: Vec<i8> = values.bytes.par_iter().map(|&b| b as i8).collect();
+        let d: Vec<f32> = scales.bytes.par_chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        values.release();
+        scales.release();
+        if let Some(i) = q8.par_iter().position_first(|&v| v == i8::MIN) {
+            return Err(blocks_error(&values_name, format!("value -128 at flat index {i} (Q8_0 values are -127..=127)")));
+        }
+        if let Some(i) = d.par_iter().position_first(|s| !(s.is_finite() && *s >= 0.0)) {
+            return Err(blocks_error(&scales_name, format!("scale {} at flat index {i} (scales are finite and not negative)", d[i])));
+        }
+        Ok((q8, d))
+    }
+
+    /// The bytes of float tensor `name` (F32, BF16 or F16), once its shape is checked.
+    fn float_bytes<'a>(&'a self, name: &'a str, expected: &[usize]) -> Result<TensorBytes<'a>, LoadError> {
+        let tensor = self.tensor_bytes(name, expected)?;
+        match tensor.dtype {
+            Dtype::F32 | Dtype::BF16 | Dtype::F16 => Ok(tensor),
+            other => Err(LoadError::UnsupportedDtype { name: name.to_owned(), dtype: format!("{other:?}") }),
+        }
+    }
+
+    /// The bytes of tensor `name`, once its shape is checked. A name missing whose derived
+    /// tensors (`{name}.…`) are there is a weight stored in a form this build does not read.
     fn tensor_bytes<'a>(&'a self, name: &'a str, expected: &[usize]) -> Result<TensorBytes<'a>, LoadError> {
-        let (shard, info) = self
-            .tensors
-            .get(name)
-            .ok_or_else(|| LoadError::MissingTensor { name: name.to_owned() })?;
+        let (shard, info) = self.tensors.get(name).ok_or_else(|| {
+            let derived = format!("{name}.");
+            match self.tensors.keys().filter(|other| other.starts_with(&derived)).min() {
+                Some(other) => LoadError::Blocks { name: other.clone(), reason: format!("`{name}` is stored in a form this build does not read") },
+                None => LoadError::MissingTensor { name: name.to_owned() },
+            }
+        })?;
         if info.shape != expected {
             return Err(LoadError::ShapeMismatch {
                 name: name.to_owned(),
@@ -191,11 +262,21 @@ impl Checkpoint {
         let shard = &self.shards[*shard];
         let (start, end) = info.data_offsets;
         let (start, end) = (shard.data_start + start, shard.data_start + end);
-        if !matches!(info.dtype, Dtype::F32 | Dtype::BF16 | Dtype::F16) {
-            return Err(LoadError::UnsupportedDtype { name: name.to_owned(), dtype: format!("{:?}", info.dtype) });
-        }
         Ok(TensorBytes { name, map: &shard.map, start, bytes: &shard.map[start..end], dtype: info.dtype, width: info.dtype.bitsize() / 8 })
     }
+}
+
+/// How a quantized folder (`crate::quantize`) names a weight's Q8_0 values: `{weight}.q8_values`,
+/// I8 of the weight's shape.
+pub const Q8_VALUES: &str = "q8_values";
+/// ... and its scales: `{weight}.q8_scales`, F32, one per block of 32 along the last dimension.
+pub const Q8_SCALES: &str = "q8_scales";
+/// The safetensors metadata key under which a quantized folder's shards name their format.
+pub const FORMAT_KEY: &str = "decider.weights";
+
+/// The name of part `part` of weight `name`'s blocks.
+pub fn block_part(name: &str, part: &str) -> String {
+    format!("{name}.{part}")
 }
 
 /// Values converted per task when a tensor is read.
@@ -207,7 +288,6 @@ struct TensorBytes<'a> {
     map: &'a Mmap,
     start: usize,
     bytes: &'a [u8],
-    /// F32, BF16 or F16.
     dtype: Dtype,
     /// Bytes per value.
     width: usize,
@@ -229,28 +309,34 @@ impl TensorBytes<'_> {
             Dtype::F32 => each(bytes, out, f32::from_le_bytes),
             Dtype::BF16 => each(bytes, out, |b| bf16::from_le_bytes(b).to_f32()),
             Dtype::F16 => each(bytes, out, |b| f16::from_le_bytes(b).to_f32()),
-            _ => unreachable!("checked by tensor_bytes"),
+            _ => unreachable!("checked by float_bytes"),
         }
     }
 
     /// Refuses a tensor with a non-finite value (a NaN weight would make every answer NaN),
-    /// naming it; `chunks` are the reads of each [`CHUNK`] of values, in order. Then hands the
-    /// tensor's pages of the file back to the kernel: the resident memory of a load grows by
-    /// what it keeps, not by the checkpoint's size.
+    /// naming it; `chunks` are the reads of each [`CHUNK`] of values, in order; and releases it.
     fn finish(self, chunks: Vec<NonFinite>) -> Result<(), LoadError> {
         let mut all = NonFinite::default();
         for (i, chunk) in chunks.into_iter().enumerate() {
             all.add(chunk, i * CHUNK);
         }
-        #[cfg(unix)]
-        // SAFETY: the map is a shared, read-only map of a file, and the tensor's bytes are no
-        // longer borrowed: dropped pages are read again from the file if touched again (the
-        // first and last page may hold a neighbour's bytes).
-        let _ = unsafe { self.map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, self.start, self.bytes.len()) };
+        self.release();
         match all.first {
             Some(first) => Err(LoadError::NonFinite { name: self.name.to_owned(), count: all.count, first }),
             None => Ok(()),
         }
+    }
+}
+
+impl TensorBytes<'_> {
+    /// Hands the tensor's pages of the file back to the kernel once it is read: the resident
+    /// memory of a load grows by what it keeps, not by the checkpoint's size.
+    fn release(&self) {
+        #[cfg(unix)]
+        // SAFETY: the map is a shared, read-only map of a file, and the tensor's bytes are no
+        // longer read: dropped pages are read again from the file if touched again (the first
+        // and last page may hold a neighbour's bytes).
+        let _ = unsafe { self.map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, self.start, self.bytes.len()) };
     }
 }
 

@@ -36,6 +36,11 @@ pub enum LoadError {
     UnsupportedDtype { name: String, dtype: String },
     #[error("tensor `{name}` has {count} NaN or infinite values (the first at flat index {first}): the checkpoint is broken")]
     NonFinite { name: String, count: usize, first: usize },
+    /// A weight of a quantized folder whose blocks are not what their format says.
+    #[error("tensor `{name}`: {reason}")]
+    Blocks { name: String, reason: String },
+    #[error("{path} holds weights in a format this build does not read: {reason}")]
+    UnknownFormat { path: PathBuf, reason: String },
     /// `places`: "in FILE" or "in FILE and in FILE".
     #[error("tensor `{name}` is stored twice: {places}")]
     DuplicateTensor { name: String, places: String },

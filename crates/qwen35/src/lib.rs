@@ -22,6 +22,7 @@ pub mod model;
 pub mod moe;
 pub mod norm;
 pub mod projection;
+pub mod quantize;
 pub mod rope;
 pub mod token_table;
 pub mod weights;

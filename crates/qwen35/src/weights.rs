@@ -29,6 +29,7 @@ use crate::config::Qwen35Config;
 use crate::error::LoadError;
 use crate::format::WeightFormat;
 use crate::model::Qwen35Model;
+use crate::quantize::{ShardWriter, Written};
 
 /// Where the text model's tensors start, in the order tried: released checkpoints, then
 /// `save_pretrained` output.
@@ -134,6 +135,9 @@ pub struct CheckpointFiller<'a, B: Backend> {
     /// The checkpoint tensors read so far, in module order.
     pub tensors_read: Vec<String>,
     pub error: Option<LoadError>,
+    /// Where the tensors read go instead of into the parameters, when writing a quantized
+    /// folder: the model stays unfilled (lazy) and only one tensor is held at a time.
+    writer: Option<&'a mut ShardWriter>,
 }
 
 impl<'a, B: Q8Matmul> CheckpointFiller<'a, B> {
@@ -141,11 +145,17 @@ impl<'a, B: Q8Matmul> CheckpointFiller<'a, B> {
     pub fn new(checkpoint: &'a Checkpoint, device: &'a B::Device) -> Result<Self, LoadError> {
         let prefix = PREFIXES
             .into_iter()
-            .find(|prefix| checkpoint.contains(&format!("{prefix}embed_tokens.weight")))
+            .find(|prefix| checkpoint.has_weight(&format!("{prefix}embed_tokens.weight")))
             .ok_or_else(|| LoadError::MissingTensor {
                 name: PREFIXES.map(|prefix| format!("{prefix}embed_tokens.weight")).join(" or "),
             })?;
-        Ok(Self { checkpoint, device, prefix, path: Vec::new(), pending_scales: None, tensors_read: Vec::new(), error: None })
+        Ok(Self { checkpoint, device, prefix, path: Vec::new(), pending_scales: None, tensors_read: Vec::new(), error: None, writer: None })
+    }
+
+    /// This filler writing each tensor it reads to `writer` (in the checkpoint's names and
+    /// orientation, blocks as blocks) instead of filling the parameters.
+    pub(crate) fn writing_to(self, writer: &'a mut ShardWriter) -> Self {
+        Self { writer: Some(writer), ..self }
     }
 
     /// The checkpoint name of the current path, or of its module (`of_module`: without the
@@ -171,19 +181,23 @@ impl<'a, B: Q8Matmul> CheckpointFiller<'a, B> {
     }
 
     /// Reads tensor `name` of `shape` with `read` (a reader of [`Checkpoint`]).
-    fn read<T>(&mut self, name: &str, shape: &[usize], read: Reader<T>) -> Result<T, LoadError> {
+    fn read<T: Written>(&mut self, name: &str, shape: &[usize], read: Reader<T>) -> Result<T, LoadError> {
         self.tensors_read.push(name.to_owned());
-        read(self.checkpoint, name, shape)
+        let values = read(self.checkpoint, name, shape)?;
+        if let Some(writer) = self.writer.as_deref_mut() {
+            values.write(name, shape, writer)?;
+        }
+        Ok(values)
     }
 
     /// The weight `name` as `[batch, out, in]` values, read by `read`: `{name}.weight` (batch
     /// 1), or routed experts, fused or per expert.
-    fn read_weight<T: Stack>(&mut self, name: &str, [batch, d_out, d_in]: [usize; 3], read: Reader<T>) -> Result<T, LoadError> {
+    fn read_weight<T: Stack + Written>(&mut self, name: &str, [batch, d_out, d_in]: [usize; 3], read: Reader<T>) -> Result<T, LoadError> {
         let (module, field) = name.rsplit_once('.').unwrap_or(("", name));
         let expert_parts = EXPERT_PARTS.iter().find(|(weight, _)| *weight == field).map(|(_, parts)| *parts);
         match expert_parts {
             Some(parts) if module.ends_with("experts") => {
-                if self.checkpoint.contains(name) {
+                if self.checkpoint.has_weight(name) {
                     return self.read(name, &[batch, d_out, d_in], read);
                 }
                 let part_out = d_out / parts.len();
@@ -249,6 +263,7 @@ impl<B: Q8Matmul> ModuleMapper<B> for CheckpointFiller<'_, B> {
         }
         let shape = param.lazy_shape().dims::<D>();
         match self.float_values(&shape) {
+            Ok(_) if self.writer.is_some() => param,
             Ok(values) => {
                 let id = param.id;
                 // Keeps the parameter's device and autodiff setting.
@@ -269,6 +284,7 @@ impl<B: Q8Matmul> ModuleMapper<B> for CheckpointFiller<'_, B> {
         let shape = param.lazy_shape().dims::<D>();
         let (batch, d_out, d_in) = stack_dims(&shape);
         match self.q8_values([batch, d_out, d_in]) {
+            Ok(_) if self.writer.is_some() => param,
             Ok(values) => {
                 let id = param.id;
                 let values = match kernel_layout {

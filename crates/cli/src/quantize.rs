@@ -1,0 +1,46 @@
+//! `decider quantize`: a model folder whose weights are stored in a block format, loaded by
+//! memory map with no quantizing (`qwen35::quantize`).
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use qwen35::{Qwen35Ops, WeightFormat};
+
+use decider_cli::backend::GenericTask;
+use decider_cli::model_source::ModelSource;
+
+#[derive(clap::Args)]
+pub struct QuantizeArgs {
+    /// Model folder or Hub id (owner/name) to quantize.
+    #[arg(long)]
+    pub model: ModelSource,
+    /// Block format to store the weights in: q8 (llama.cpp's Q8_0).
+    #[arg(long, value_parser = block_format)]
+    pub to: WeightFormat,
+    /// The folder to write: new, or empty.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// A weight format that stores blocks.
+fn block_format(name: &str) -> Result<WeightFormat, String> {
+    match name.parse()? {
+        WeightFormat::F32 => Err("f32 is not a block format (quantize writes q8)".into()),
+        format => Ok(format),
+    }
+}
+
+/// Run on any backend: the model is only built lazily, to name its tensors, and nothing is
+/// allocated on the backend.
+impl GenericTask for &QuantizeArgs {
+    fn run<B: Qwen35Ops>(self, device: &B::Device) -> anyhow::Result<()> {
+        let dir = self.model.folder()?;
+        if self.out.read_dir().is_ok_and(|mut entries| entries.next().is_some()) {
+            bail!("{} is not empty: quantize writes a new folder", self.out.display());
+        }
+        let tensors = qwen35::quantize::quantize_folder::<B>(&dir, &self.out, self.to, device)
+            .with_context(|| format!("quantizing the model in {}", dir.display()))?;
+        println!("wrote {tensors} tensors in {} to {}", self.to, self.out.display());
+        Ok(())
+    }
+}

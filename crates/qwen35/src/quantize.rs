@@ -1,0 +1,139 @@
+//! Quantized model folders (`decider quantize`): the weights a format holds in blocks are stored
+//! as their blocks, so that loading reads them from the memory map instead of quantizing.
+//!
+//! The folder written is the source folder's other files (config, tokenizer, decider config)
+//! beside shards `model-NNNNN.safetensors` and `model.safetensors.index.json`. The shards hold
+//! each tensor the model reads, under its checkpoint name: a weight held in Q8_0 as
+//! `{name}.q8_values` and `{name}.q8_scales` ([`crate::checkpoint::Q8_VALUES`]), every other
+//! tensor in f32, and each shard's metadata names the format ([`crate::checkpoint::FORMAT_KEY`]).
+//! Tensors the model does not read (a vision tower, MTP) are left out. The tensors are read by
+//! the loader itself (`CheckpointFiller::writing_to`), so a quantized folder holds exactly the
+//! blocks a load would make, and writing holds one shard in memory plus one tensor.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use burn::module::Module;
+use decider_ops::{Q8_BLOCK, Q8Matmul};
+use safetensors::Dtype;
+use safetensors::tensor::TensorView;
+
+use crate::checkpoint::{Checkpoint, FORMAT_KEY, Q8_SCALES, Q8_VALUES, block_part};
+use crate::config::Qwen35Config;
+use crate::error::LoadError;
+use crate::format::WeightFormat;
+use crate::weights::CheckpointFiller;
+
+/// Bytes a shard holds before it is written: quantizing holds at most this plus one tensor.
+const SHARD_BYTES: usize = 1 << 30;
+
+/// Writes the model folder `dir` with its weights in `weights` (a block format) to the folder
+/// `out` (created if needed; files of the same names are replaced). Returns the number of
+/// tensors written. `B` only types the lazily built model: nothing is allocated on it.
+pub fn quantize_folder<B: Q8Matmul>(dir: &Path, out: &Path, weights: WeightFormat, device: &B::Device) -> Result<usize, LoadError> {
+    assert_ne!(weights, WeightFormat::F32, "quantize_folder: f32 is not a block format");
+    let config = Qwen35Config::from_file(dir.join("config.json"))?;
+    let checkpoint = Checkpoint::open_dir(dir)?;
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |cause| LoadError::Io { path, cause }
+    };
+    std::fs::create_dir_all(out).map_err(io(out))?;
+    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
+        let path = entry.map_err(io(dir))?.path();
+        let name = path.file_name().and_then(|name| name.to_str()).unwrap_or_default();
+        let weights_file = name.ends_with(".safetensors") || name == "model.safetensors.index.json";
+        if path.is_file() && !weights_file {
+            std::fs::copy(&path, out.join(name)).map_err(io(&path))?;
+        }
+    }
+    let mut writer = ShardWriter { out: out.to_path_buf(), shards: 0, weights, pending: Vec::new(), pending_bytes: 0, weight_map: BTreeMap::new() };
+    let mut filler = CheckpointFiller::<B>::new(&checkpoint, device)?.writing_to(&mut writer);
+    let _unfilled = config.init_with_weights::<B>(weights, device).map(&mut filler);
+    if let Some(error) = filler.error {
+        return Err(error);
+    }
+    writer.finish()
+}
+
+/// The shards of a quantized folder, written as they fill.
+pub(crate) struct ShardWriter {
+    out: PathBuf,
+    /// Shards written so far.
+    shards: usize,
+    weights: WeightFormat,
+    /// Tensors of the next shard: name, dtype, shape, little-endian bytes.
+    pending: Vec<(String, Dtype, Vec<usize>, Vec<u8>)>,
+    pending_bytes: usize,
+    /// Each tensor written, by the shard file that holds it.
+    weight_map: BTreeMap<String, String>,
+}
+
+impl ShardWriter {
+    fn add(&mut self, name: String, dtype: Dtype, shape: Vec<usize>, bytes: Vec<u8>) -> Result<(), LoadError> {
+        self.pending_bytes += bytes.len();
+        self.pending.push((name, dtype, shape, bytes));
+        if self.pending_bytes >= SHARD_BYTES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn metadata(&self) -> HashMap<String, String> {
+        HashMap::from([(FORMAT_KEY.to_owned(), self.weights.to_string())])
+    }
+
+    /// Writes the pending tensors as the next shard.
+    fn flush(&mut self) -> Result<(), LoadError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        self.shards += 1;
+        let file = format!("model-{:05}.safetensors", self.shards);
+        let path = self.out.join(&file);
+        let views = self.pending.iter().map(|(name, dtype, shape, bytes)| {
+            (name.as_str(), TensorView::new(*dtype, shape.clone(), bytes).expect("the bytes of a tensor read match its shape"))
+        });
+        safetensors::serialize_to_file(views, Some(self.metadata()), &path)
+            .map_err(|e| LoadError::Io { path: path.clone(), cause: std::io::Error::other(e) })?;
+        for (name, ..) in self.pending.drain(..) {
+            self.weight_map.insert(name, file.clone());
+        }
+        self.pending_bytes = 0;
+        Ok(())
+    }
+
+    /// Writes the last shard and the index; returns the number of tensors written.
+    fn finish(mut self) -> Result<usize, LoadError> {
+        self.flush()?;
+        let path = self.out.join("model.safetensors.index.json");
+        let index = serde_json::json!({"metadata": self.metadata(), "weight_map": self.weight_map});
+        std::fs::write(&path, serde_json::to_string_pretty(&index).expect("an index is JSON")).map_err(|cause| LoadError::Io { path, cause })?;
+        Ok(self.weight_map.len())
+    }
+}
+
+/// What a checkpoint reader returns, as the tensors of a quantized folder.
+pub(crate) trait Written {
+    /// Adds the tensor `name` of `shape` (the weight's shape, for blocks) to `writer`.
+    fn write(&self, name: &str, shape: &[usize], writer: &mut ShardWriter) -> Result<(), LoadError>;
+}
+
+impl Written for Vec<f32> {
+    fn write(&self, name: &str, shape: &[usize], writer: &mut ShardWriter) -> Result<(), LoadError> {
+        writer.add(name.to_owned(), Dtype::F32, shape.to_vec(), self.iter().flat_map(|v| v.to_le_bytes()).collect())
+    }
+}
+
+/// Q8_0 blocks: values and scales.
+impl Written for (Vec<i8>, Vec<f32>) {
+    fn write(&self, name: &str, shape: &[usize], writer: &mut ShardWriter) -> Result<(), LoadError> {
+        let (values, scales) = self;
+        let mut block_shape = shape.to_vec();
+        if let Some(last) = block_shape.last_mut() {
+            *last /= Q8_BLOCK;
+        }
+        writer.add(block_part(name, Q8_VALUES), Dtype::I8, shape.to_vec(), values.iter().map(|&v| v as u8).collect())?;
+        scales.write(&block_part(name, Q8_SCALES), &block_shape, writer)
+    }
+}

@@ -1,0 +1,153 @@
+//! `decider quantize`'s folders (`qwen35::quantize`): a quantized folder loads, by memory map and
+//! with no quantizing, into the model that quantizing its source at load makes; in f32 it loads
+//! the weights its blocks stand for; and a broken one gives an error that names the tensor (or
+//! the file) and the problem.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use burn::backend::NdArray;
+use burn::tensor::{Int, Tensor};
+use integration_tests::{LAYOUTS, MODELS, Reference, fixture_path, rewrite_tensors};
+use qwen35::WeightFormat;
+use qwen35::checkpoint::{Checkpoint, FORMAT_KEY};
+use safetensors::tensor::TensorView;
+use safetensors::{Dtype, SafeTensors};
+
+type B = NdArray;
+
+const EMBED: &str = "model.embed_tokens.weight";
+
+/// `folder` (under `tests/fixtures`) quantized to q8 in a temporary folder.
+fn quantized(folder: &str) -> tempfile::TempDir {
+    let out = tempfile::tempdir().unwrap();
+    qwen35::quantize::quantize_folder::<B>(&fixture_path(folder), out.path(), WeightFormat::Q8, &Default::default()).unwrap();
+    out
+}
+
+fn load(dir: &Path, weights: WeightFormat) -> qwen35::Qwen35Model<B> {
+    qwen35::load_model_with_weights::<B>(dir, weights, &Default::default()).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).1
+}
+
+fn load_error(dir: &Path) -> String {
+    match qwen35::load_model_with_weights::<B>(dir, WeightFormat::Q8, &Default::default()) {
+        Ok(_) => panic!("loading {} should fail", dir.display()),
+        Err(error) => error.to_string(),
+    }
+}
+
+#[test]
+fn a_quantized_folder_loads_as_quantizing_at_load() {
+    let device = Default::default();
+    for model in MODELS {
+        let ids = Reference::open(model).input_ids::<B>("len64", &device);
+        for layout in LAYOUTS {
+            let (source, folder) = (fixture_path(&format!("{model}/{layout}")), quantized(&format!("{model}/{layout}")));
+            let label = format!("{model}/{layout}");
+            assert!(folder.path().join("config.json").is_file(), "{label}: the config is copied");
+            let checkpoint = Checkpoint::open_dir(folder.path()).unwrap();
+            let embed = checkpoint.names().find(|name| name.ends_with("embed_tokens.weight.q8_values")).expect("the embeddings in blocks");
+            assert_eq!(checkpoint.shape(embed), Some(&[256, 32][..]), "{label}");
+            assert!(!checkpoint.names().any(|name| name.ends_with("embed_tokens.weight")), "{label}: no float copy of a quantized weight");
+            // The same blocks: the logits of both q8 loads are equal bit for bit.
+            let logits = |dir: &Path| load(dir, WeightFormat::Q8).forward(ids.clone()).into_data().to_vec::<f32>().unwrap();
+            assert_eq!(logits(folder.path()), logits(&source), "{label}");
+            // In f32 the folder's weights are its blocks dequantized.
+            let all = Tensor::<B, 1, Int>::arange(0..256, &device);
+            let rows = |weights| load(folder.path(), weights).embed_tokens.rows(all.clone()).into_data().to_vec::<f32>().unwrap();
+            assert_eq!(rows(WeightFormat::F32), rows(WeightFormat::Q8), "{label}");
+        }
+    }
+}
+
+/// A quantized copy of the dense fixture whose one shard is rewritten by `edit`
+/// ([`rewrite_tensors`]).
+fn broken(edit: impl Fn(&str, Dtype, Vec<usize>, Vec<u8>) -> Option<(Dtype, Vec<usize>, Vec<u8>)>) -> tempfile::TempDir {
+    let folder = quantized("dense/save_pretrained");
+    rewrite_tensors(&folder.path().join("model-00001.safetensors"), edit);
+    folder
+}
+
+#[test]
+fn a_wrong_block_count_names_the_scales() {
+    let folder = broken(|name, dtype, mut shape, mut data| {
+        if name == format!("{EMBED}.q8_scales") {
+            shape[1] += 1;
+            data.extend(vec![0; shape[0] * 4]);
+        }
+        Some((dtype, shape, data))
+    });
+    let message = load_error(folder.path());
+    assert!(message.contains(&format!("`{EMBED}.q8_scales` has shape [256, 2], expected [256, 1]")), "{message}");
+}
+
+#[test]
+fn truncated_blocks_name_the_values() {
+    let folder = broken(|name, dtype, mut shape, mut data| {
+        if name == format!("{EMBED}.q8_values") {
+            shape[1] = 16;
+            data.truncate(256 * 16);
+        }
+        Some((dtype, shape, data))
+    });
+    let message = load_error(folder.path());
+    assert!(message.contains(&format!("`{EMBED}.q8_values` has shape [256, 16], expected [256, 32]")), "{message}");
+}
+
+#[test]
+fn values_and_scales_out_of_their_range_are_named() {
+    let minus_128 = broken(|name, dtype, shape, mut data| {
+        if name == format!("{EMBED}.q8_values") {
+            data[40] = 0x80;
+        }
+        Some((dtype, shape, data))
+    });
+    let message = load_error(minus_128.path());
+    assert!(message.contains(&format!("`{EMBED}.q8_values`: value -128 at flat index 40")), "{message}");
+    let nan_scale = broken(|name, dtype, shape, mut data| {
+        if name == format!("{EMBED}.q8_scales") {
+            data[8..12].copy_from_slice(&f32::NAN.to_le_bytes());
+        }
+        Some((dtype, shape, data))
+    });
+    let message = load_error(nan_scale.path());
+    assert!(message.contains(&format!("`{EMBED}.q8_scales`: scale NaN at flat index 2")), "{message}");
+    let f16_values = broken(|name, dtype, shape, data| {
+        Some(match name == format!("{EMBED}.q8_values") {
+            true => (Dtype::F16, shape, data.iter().flat_map(|&b| [b, 0]).collect()),
+            false => (dtype, shape, data),
+        })
+    });
+    let message = load_error(f16_values.path());
+    assert!(message.contains(&format!("`{EMBED}.q8_values`: holds F16 values, not I8")), "{message}");
+}
+
+#[test]
+fn unknown_formats_are_named() {
+    // Blocks of a kind this build does not read, in place of the weight.
+    let folder = quantized("dense/save_pretrained");
+    let shard = folder.path().join("model-00001.safetensors");
+    let bytes = std::fs::read(&shard).unwrap();
+    let tensors = SafeTensors::deserialize(&bytes).unwrap();
+    let renamed: Vec<(String, TensorView<'_>)> = tensors
+        .tensors()
+        .into_iter()
+        .filter(|(name, _)| *name != format!("{EMBED}.q8_scales"))
+        .map(|(name, view)| (name.replace(&format!("{EMBED}.q8_values"), &format!("{EMBED}.q5_values")), view))
+        .collect();
+    // As one `model.safetensors`: the index would list the old name.
+    safetensors::serialize_to_file(renamed, None, &folder.path().join("model.safetensors")).unwrap();
+    std::fs::remove_file(&shard).unwrap();
+    std::fs::remove_file(folder.path().join("model.safetensors.index.json")).unwrap();
+    let message = load_error(folder.path());
+    assert!(message.contains(&format!("`{EMBED}.q5_values`: `{EMBED}` is stored in a form this build does not read")), "{message}");
+    // A shard that names a format this build does not know.
+    let folder = quantized("dense/save_pretrained");
+    let shard = folder.path().join("model-00001.safetensors");
+    let bytes = std::fs::read(&shard).unwrap();
+    let tensors = SafeTensors::deserialize(&bytes).unwrap();
+    let metadata = HashMap::from([(FORMAT_KEY.to_owned(), "q5".to_owned())]);
+    safetensors::serialize_to_file(tensors.tensors(), Some(metadata), &shard).unwrap();
+    let message = load_error(folder.path());
+    assert!(message.contains(&shard.display().to_string()) && message.contains("unknown weight format `q5`"), "{message}");
+}
