@@ -220,14 +220,29 @@ impl Checkpoint {
                 return Err(blocks_error(tensor.name, format!("holds {:?} values, not {dtype:?}", tensor.dtype)));
             }
         }
-        let q8: Vec<i8> = values.bytes.par_iter().map(|&b| b as i8).collect();
-        let d: Vec<f32> = scales.bytes.par_chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        // Copied a chunk per task, each checked as it is copied; the first bad index is kept.
+        let mut q8 = vec![0i8; values.bytes.len()];
+        let bad_value = q8.par_chunks_mut(CHUNK).zip(values.bytes.par_chunks(CHUNK)).enumerate().filter_map(|(i, (out, bytes))| {
+            for (value, &byte) in out.iter_mut().zip(bytes) {
+                *value = byte as i8;
+            }
+            out.iter().position(|&v| v == i8::MIN).map(|at| i * CHUNK + at)
+        });
+        let bad_value = bad_value.min();
+        let mut d = vec![0.0f32; scales.bytes.len() / 4];
+        let bad_scale = d.par_chunks_mut(CHUNK).zip(scales.bytes.par_chunks(CHUNK * 4)).enumerate().filter_map(|(i, (out, bytes))| {
+            for (scale, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                *scale = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+            out.iter().position(|s| !(s.is_finite() && *s >= 0.0)).map(|at| i * CHUNK + at)
+        });
+        let bad_scale = bad_scale.min();
         values.release();
         scales.release();
-        if let Some(i) = q8.par_iter().position_first(|&v| v == i8::MIN) {
+        if let Some(i) = bad_value {
             return Err(blocks_error(&values_name, format!("value -128 at flat index {i} (Q8_0 values are -127..=127)")));
         }
-        if let Some(i) = d.par_iter().position_first(|s| !(s.is_finite() && *s >= 0.0)) {
+        if let Some(i) = bad_scale {
             return Err(blocks_error(&scales_name, format!("scale {} at flat index {i} (scales are finite and not negative)", d[i])));
         }
         Ok((q8, d))
