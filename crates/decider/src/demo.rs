@@ -40,8 +40,8 @@ pub fn demo_model<B: Qwen35Ops>(device: &B::Device) -> Qwen35Model<B> {
 }
 
 /// A network of any config with the demo's seeded random weights: the real widths for speed and
-/// memory measurements without a checkpoint (`--model random:CONFIG`). In `q8` its projections
-/// and experts are the Q8_0 rounding of the f32 network's.
+/// memory measurements without a checkpoint (`--model random:CONFIG`). In `q8` its projections,
+/// experts and token tables are the Q8_0 rounding of the f32 network's.
 pub fn random_model<B: Qwen35Ops>(config: &Qwen35Config, weights: WeightFormat, device: &B::Device) -> Qwen35Model<B> {
     config.init_with_weights::<B>(weights, device).map(&mut SeededWeights { next_stream: 0, pending_scales: None, owners: Vec::new() })
 }

@@ -16,6 +16,9 @@
 //!   released checkpoints fuse them into one 3-D tensor.
 //!
 //! A tied output head needs no rule: the config builds no `lm_head` module then.
+//!
+//! The same walk writes quantized folders (`crate::quantize`): each tensor read goes to the
+//! folder being written instead of into a parameter.
 
 use std::path::Path;
 
