@@ -9,7 +9,7 @@ use std::path::Path;
 use burn::backend::NdArray;
 use burn::tensor::{Int, Tensor};
 use integration_tests::{LAYOUTS, MODELS, Reference, fixture_path, rewrite_tensors};
-use qwen35::WeightFormat;
+use qwen35::{WeightChoice, WeightFormat};
 use qwen35::checkpoint::{Checkpoint, FORMAT_KEY};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
@@ -49,6 +49,9 @@ fn a_quantized_folder_loads_as_quantizing_at_load() {
             let embed = checkpoint.names().find(|name| name.ends_with("embed_tokens.weight.q8_values")).expect("the embeddings in blocks");
             assert_eq!(checkpoint.shape(embed), Some(&[256, 32][..]), "{label}");
             assert!(!checkpoint.names().any(|name| name.ends_with("embed_tokens.weight")), "{label}: no float copy of a quantized weight");
+            // `auto` loads the folder in its format, the source in f32.
+            assert_eq!(WeightChoice::Auto.for_folder(folder.path()).unwrap(), WeightFormat::Q8, "{label}");
+            assert_eq!(WeightChoice::Auto.for_folder(&source).unwrap(), WeightFormat::F32, "{label}");
             // The same blocks: the logits of both q8 loads are equal bit for bit.
             let logits = |dir: &Path| load(dir, WeightFormat::Q8).forward(ids.clone()).into_data().to_vec::<f32>().unwrap();
             assert_eq!(logits(folder.path()), logits(&source), "{label}");
@@ -150,4 +153,73 @@ fn unknown_formats_are_named() {
     safetensors::serialize_to_file(tensors.tensors(), Some(metadata), &shard).unwrap();
     let message = load_error(folder.path());
     assert!(message.contains(&shard.display().to_string()) && message.contains("unknown weight format `q5`"), "{message}");
+}
+
+/// The dense fixture with a `vocab`-row embedding (more values than a read's chunk of 65,536),
+/// its value at flat index `nan` (if any) NaN.
+fn wide_embedding(vocab: usize, nan: Option<usize>) -> tempfile::TempDir {
+    let dir = integration_tests::fixture_copy("dense/save_pretrained");
+    let config_path = dir.path().join("config.json");
+    let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+    config["vocab_size"] = vocab.into();
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    rewrite_tensors(&dir.path().join("model.safetensors"), |name, dtype, shape, data| {
+        Some(match name == EMBED {
+            true => {
+                let value = |i: usize| if Some(i) == nan { f32::NAN } else { ((i * 7919) % 1999) as f32 / 1999.0 - 0.5 };
+                (Dtype::F32, vec![vocab, shape[1]], (0..vocab * shape[1]).flat_map(|i| value(i).to_le_bytes()).collect())
+            }
+            false => (dtype, shape, data),
+        })
+    });
+    dir
+}
+
+#[test]
+fn bad_values_past_the_first_chunk_are_named_at_their_index() {
+    // Quantized as it is read: the NaN's index counts the blocks and chunks before it.
+    let nan = wide_embedding(4096, Some(70_001));
+    let message = load_error(nan.path());
+    assert!(message.contains(&format!("tensor `{EMBED}` has 1 NaN or infinite values (the first at flat index 70001)")), "{message}");
+    // Read from a quantized folder.
+    let source = wide_embedding(4096, None);
+    let folder = tempfile::tempdir().unwrap();
+    qwen35::quantize::quantize_folder::<B>(source.path(), folder.path(), WeightFormat::Q8, &Default::default()).unwrap();
+    rewrite_tensors(&folder.path().join("model-00001.safetensors"), |name, dtype, shape, mut data| {
+        if name == format!("{EMBED}.q8_values") {
+            data[70_003] = 0x80;
+        }
+        Some((dtype, shape, data))
+    });
+    let message = load_error(folder.path());
+    assert!(message.contains(&format!("`{EMBED}.q8_values`: value -128 at flat index 70003")), "{message}");
+    // Writing into the model folder itself is refused.
+    let error = qwen35::quantize::quantize_folder::<B>(source.path(), source.path(), WeightFormat::Q8, &Default::default()).unwrap_err();
+    assert!(error.to_string().contains("the output folder is the model folder"), "{error}");
+}
+
+#[test]
+fn a_weight_stored_twice_or_without_its_values_is_named() {
+    // As it is and as blocks: the two could differ.
+    let folder = quantized("dense/save_pretrained");
+    let shard = folder.path().join("model-00001.safetensors");
+    let bytes = std::fs::read(&shard).unwrap();
+    let tensors = SafeTensors::deserialize(&bytes).unwrap();
+    let float = vec![0u8; 256 * 32 * 4];
+    let mut views: Vec<(String, TensorView<'_>)> = tensors.tensors();
+    views.push((EMBED.to_owned(), TensorView::new(Dtype::F32, vec![256, 32], &float).unwrap()));
+    safetensors::serialize_to_file(views, None, &folder.path().join("model.safetensors")).unwrap();
+    std::fs::remove_file(&shard).unwrap();
+    std::fs::remove_file(folder.path().join("model.safetensors.index.json")).unwrap();
+    let message = load_error(folder.path());
+    assert!(message.contains(&format!("`{EMBED}`: stored both as it is and as `{EMBED}.q8_values`")), "{message}");
+    // Scales without their values.
+    let folder = broken(|name, dtype, shape, data| (name != format!("{EMBED}.q8_values")).then_some((dtype, shape, data)));
+    // The index still lists the values: it is rewritten without them.
+    let index_path = folder.path().join("model.safetensors.index.json");
+    let mut index: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&index_path).unwrap()).unwrap();
+    index["weight_map"].as_object_mut().unwrap().remove(&format!("{EMBED}.q8_values"));
+    std::fs::write(&index_path, index.to_string()).unwrap();
+    let message = load_error(folder.path());
+    assert!(message.contains(&format!("missing tensor `{EMBED}.q8_values`")), "{message}");
 }

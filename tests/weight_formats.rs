@@ -196,8 +196,8 @@ fn check_random_model<B: Qwen35Ops>() {
 }
 
 /// The demo's q8 embeddings are the Q8_0 rounding of its f32 ones (each value within half a
-/// step, plus up to 127 times the f16 rounding of the step: the demo's embeddings are below
-/// 0.002, so their steps are f16 subnormals), and their logits over the whole
+/// step, plus up to 127 times the f16 rounding of the step: the demo's embeddings are within
+/// ±1/√248,320 ≈ 0.002, so their steps are f16 subnormals), and their logits over the whole
 /// vocabulary (248,320 rows, dequantized a part at a time) equal an f32 table of the same rows.
 fn check_random_table<B: Qwen35Ops>(float: &TokenTable<B>, q8: &TokenTable<B>) {
     let device = Default::default();

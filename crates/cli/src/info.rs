@@ -20,7 +20,8 @@ pub struct InfoArgs {
 
 impl GenericTask for &InfoArgs {
     fn run<B: Qwen35Ops>(self, device: &B::Device) -> anyhow::Result<()> {
-        let decider = self.model.load::<B>(self.weights.format, device)?;
+        let weights = self.weights.format_for(&self.model)?;
+        let decider = self.model.load::<B>(weights, device)?;
         let model = decider.model();
         let config = &decider.prompter().config;
         let tokenizer = &decider.prompter().tokenizer;
@@ -30,7 +31,7 @@ impl GenericTask for &InfoArgs {
             "model": decider.name(),
             "source": decider.source(),
             "backend": self.backend.to_string(),
-            "weights": self.weights.format.to_string(),
+            "weights": weights.to_string(),
             "random_weights": self.model.is_random(),
             "release_date": config.release_date,
             "layers": layers.len(),

@@ -9,16 +9,28 @@ use std::str::FromStr;
 
 use anyhow::Context;
 use decider::{Decider, Prompter, demo};
-use qwen35::{Qwen35Config, Qwen35Model, Qwen35Ops, WeightFormat};
+use qwen35::{Qwen35Config, Qwen35Model, Qwen35Ops, WeightChoice, WeightFormat};
 
-/// `--weights`: the format the projections and experts are held in (`decider info` and the
-/// README list which parameters that covers).
+/// `--weights`: the format the projections, experts and token tables are held in (the README
+/// lists which parameters that covers).
 #[derive(clap::Args, Clone, Debug)]
 pub struct WeightsArg {
-    /// Weight format of the projections and experts: f32 (exact) or q8 (8-bit blocks of 32,
-    /// llama.cpp's Q8_0).
-    #[arg(long = "weights", default_value_t = WeightFormat::F32)]
-    pub format: WeightFormat,
+    /// Weight format of the projections, experts and token tables: f32 (exact), q8 (8-bit
+    /// blocks of 32, llama.cpp's Q8_0), or auto (the format a `decider quantize`d folder is
+    /// stored in, else f32).
+    #[arg(long = "weights", default_value_t = WeightChoice::Auto)]
+    pub choice: WeightChoice,
+}
+
+impl WeightsArg {
+    /// The format to load `model` in (`auto` reads a folder's shards).
+    pub fn format_for(&self, model: &ModelSource) -> anyhow::Result<WeightFormat> {
+        Ok(match model.weights()? {
+            // A folder whose weights cannot be read gets f32: loading it then says what is wrong.
+            Weights::Folder(dir) => self.choice.for_folder(&dir).unwrap_or(WeightFormat::F32),
+            Weights::Random(_) => self.choice.without_folder(),
+        })
+    }
 }
 
 #[derive(Clone, Debug)]

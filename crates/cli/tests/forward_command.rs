@@ -90,7 +90,7 @@ fn bad_input_is_reported() {
         (&["--ids", "1,2,256"], "token id 256 is out of range for this model's vocab_size 256"),
         (&["--ids", "1,x"], "invalid value 'x'"),
         (&["--ids", "1", "--backend", "tpu"], "possible values"),
-        (&["--ids", "1", "--weights", "q3"], "unknown weight format `q3` (expected one of: f32, q8)"),
+        (&["--ids", "1", "--weights", "q3"], "unknown weight format `q3` (expected one of: auto, f32, q8)"),
     ];
     for (args, message) in cases {
         let output = decider()
@@ -162,13 +162,17 @@ fn quantize_writes_a_folder_that_loads_like_quantizing_at_load() {
     let output = quantize("q8", &quantized);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(String::from_utf8_lossy(&output.stdout).contains("tensors in q8"), "{}", String::from_utf8_lossy(&output.stdout));
-    let logits = |model: &std::path::Path, name: &str| -> Vec<f32> {
+    let logits = |model: &std::path::Path, weights: &[&str], name: &str| -> Vec<f32> {
         let out = dir.path().join(format!("{name}.npy"));
-        let output = decider().args(["forward", "--model"]).arg(model).args(["--ids", "1,2,3,4,5,6,7", "--weights", "q8", "--out"]).arg(&out).output().unwrap();
+        let output = decider().args(["forward", "--model"]).arg(model).args(["--ids", "1,2,3,4,5,6,7"]).args(weights).arg("--out").arg(&out).output().unwrap();
         assert!(output.status.success(), "{name}: {}", String::from_utf8_lossy(&output.stderr));
         npyz::NpyFile::new(&std::fs::read(&out).unwrap()[..]).unwrap().into_vec().unwrap()
     };
-    assert_eq!(logits(&quantized, "folder"), logits(&fixture_path("moe/save_pretrained"), "at-load"));
+    let at_load = logits(&fixture_path("moe/save_pretrained"), &["--weights", "q8"], "at-load");
+    assert_eq!(logits(&quantized, &["--weights", "q8"], "folder"), at_load);
+    // `--weights auto`, the default, loads the folder in the format it is stored in.
+    assert_eq!(logits(&quantized, &[], "auto"), at_load);
+    assert_ne!(logits(&fixture_path("moe/save_pretrained"), &[], "source-auto"), at_load, "a float folder loads in f32");
     for (to, out, message) in [("f32", dir.path().join("f32"), "f32 is not a block format"), ("q8", quantized.clone(), "is not empty")] {
         let output = quantize(to, &out);
         assert!(!output.status.success(), "{to}");

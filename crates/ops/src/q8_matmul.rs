@@ -124,7 +124,8 @@ pub fn quantize_q8_block(block: &[f32], values: &mut [i8]) -> f32 {
     let d = amax / 127.0;
     let inverse = if d != 0.0 { 1.0 / d } else { 0.0 };
     for (value, w) in values.iter_mut().zip(block) {
-        *value = round_half_away(w * inverse) as i8;
+        // Within ±127 but for a block so small that `1 / d` overflows (its f16 scale is 0).
+        *value = round_half_away((w * inverse).clamp(-127.0, 127.0)) as i8;
     }
     f16::from_f32(d).to_f32()
 }
@@ -192,6 +193,18 @@ mod tests {
         for x in values {
             assert_eq!(round_half_away(x), x.round() as i32, "{x:e}");
         }
+    }
+
+    #[test]
+    fn blocks_too_small_for_their_scale_quantize_to_zero_scales() {
+        // `1 / d` overflows to infinity: the values stay in range and the f16 scale is 0.
+        let mut block = [0.0f32; 32];
+        block[3] = 1e-40;
+        block[7] = -3e-41;
+        let mut values = [0i8; 32];
+        let scale = super::quantize_q8_block(&block, &mut values);
+        assert_eq!(scale, 0.0);
+        assert!(values.iter().all(|v| (-127..=127).contains(v)), "{values:?}");
     }
 }
 

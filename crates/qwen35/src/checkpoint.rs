@@ -25,6 +25,8 @@ use crate::format::WeightFormat;
 pub struct Checkpoint {
     shards: Vec<Shard>,
     tensors: HashMap<String, (usize, TensorInfo)>,
+    /// The format a quantized folder's shards name, if they name one.
+    format: Option<WeightFormat>,
 }
 
 struct Shard {
@@ -93,6 +95,7 @@ impl Checkpoint {
     pub fn open_files(paths: &[PathBuf]) -> Result<Self, LoadError> {
         let mut shards = Vec::with_capacity(paths.len());
         let mut tensors = HashMap::new();
+        let mut stored_format = None;
         for path in paths {
             let file = File::open(path).map_err(|cause| LoadError::Io { path: path.clone(), cause })?;
             // SAFETY: the map is read-only; as with every mmap-based loader, the file must not be
@@ -107,8 +110,9 @@ impl Checkpoint {
             // A quantized folder names its format; one this build does not know is refused
             // before any tensor of it is read.
             if let Some(format) = metadata.metadata().as_ref().and_then(|m| m.get(FORMAT_KEY)) {
-                if let Err(reason) = format.parse::<WeightFormat>() {
-                    return Err(LoadError::UnknownFormat { path: path.clone(), reason });
+                match format.parse::<WeightFormat>() {
+                    Ok(format) => stored_format = stored_format.or(Some(format)),
+                    Err(reason) => return Err(LoadError::UnknownFormat { path: path.clone(), reason }),
                 }
             }
             let shard = shards.len();
@@ -122,7 +126,12 @@ impl Checkpoint {
             }
             shards.push(Shard { path: path.clone(), map, data_start: 8 + header_len });
         }
-        Ok(Self { shards, tensors })
+        Ok(Self { shards, tensors, format: stored_format })
+    }
+
+    /// The format the shards' metadata names (`decider quantize`d folders), if any.
+    pub fn stored_format(&self) -> Option<WeightFormat> {
+        self.format
     }
 
     /// Whether the checkpoint has a tensor of this name.
@@ -133,8 +142,7 @@ impl Checkpoint {
     /// Whether the checkpoint holds weight `name` in some form: as it is, or as tensors derived
     /// from it (`{name}.…`, the blocks of a quantized folder).
     pub fn has_weight(&self, name: &str) -> bool {
-        let derived = format!("{name}.");
-        self.contains(name) || self.tensors.keys().any(|other| other.starts_with(&derived))
+        self.contains(name) || self.derived(name).next().is_some()
     }
 
     /// Names of all tensors.
@@ -151,7 +159,7 @@ impl Checkpoint {
     /// F16 are accepted, mixed freely across tensors).
     /// A weight stored as the blocks of a quantized folder is dequantized.
     pub fn read_f32(&self, name: &str, expected: &[usize]) -> Result<Vec<f32>, LoadError> {
-        if !self.contains(name) && self.contains(&block_part(name, Q8_VALUES)) {
+        if self.in_blocks(name)? {
             let (values, scales) = self.read_blocks(name, expected)?;
             return Ok(dequantize_q8(&values, &scales));
         }
@@ -174,9 +182,10 @@ impl Checkpoint {
     /// values, converted a block at a time, with no f32 copy of the tensor. A weight stored as the
     /// blocks of a quantized folder is read as it is.
     pub fn read_q8(&self, name: &str, expected: &[usize]) -> Result<(Vec<i8>, Vec<f32>), LoadError> {
-        if self.contains(&block_part(name, Q8_VALUES)) {
+        if self.in_blocks(name)? {
             return self.read_blocks(name, expected);
         }
+        scales_shape(name, expected)?;
         let tensor = self.float_bytes(name, expected)?;
         let mut values = vec![0i8; tensor.len()];
         let mut scales = vec![0.0f32; tensor.len() / Q8_BLOCK];
@@ -205,16 +214,8 @@ impl Checkpoint {
     fn read_blocks(&self, name: &str, expected: &[usize]) -> Result<(Vec<i8>, Vec<f32>), LoadError> {
         let (values_name, scales_name) = (block_part(name, Q8_VALUES), block_part(name, Q8_SCALES));
         let blocks_error = |tensor: &str, reason: String| LoadError::Blocks { name: tensor.to_owned(), reason };
-        let cols = expected.last().copied().unwrap_or(0);
-        if cols % Q8_BLOCK != 0 {
-            return Err(blocks_error(&values_name, format!("rows of {cols} values are not whole blocks of {Q8_BLOCK}")));
-        }
         let values = self.tensor_bytes(&values_name, expected)?;
-        let mut block_shape = expected.to_vec();
-        if let Some(last) = block_shape.last_mut() {
-            *last /= Q8_BLOCK;
-        }
-        let scales = self.tensor_bytes(&scales_name, &block_shape)?;
+        let scales = self.tensor_bytes(&scales_name, &scales_shape(&values_name, expected)?)?;
         for (tensor, dtype) in [(&values, Dtype::I8), (&scales, Dtype::F32)] {
             if tensor.dtype != dtype {
                 return Err(blocks_error(tensor.name, format!("holds {:?} values, not {dtype:?}", tensor.dtype)));
@@ -248,6 +249,21 @@ impl Checkpoint {
         Ok((q8, d))
     }
 
+    /// Whether weight `name` is stored as the blocks of a quantized folder (refused when it is
+    /// stored both so and as it is: the two could differ).
+    fn in_blocks(&self, name: &str) -> Result<bool, LoadError> {
+        match (self.contains(name), self.contains(&block_part(name, Q8_VALUES))) {
+            (true, true) => Err(LoadError::Blocks { name: name.to_owned(), reason: format!("stored both as it is and as `{name}.{Q8_VALUES}`") }),
+            (_, blocks) => Ok(blocks),
+        }
+    }
+
+    /// The tensors derived from weight `name` (`{name}.…`: blocks), first by name.
+    fn derived<'a>(&'a self, name: &str) -> impl Iterator<Item = &'a String> {
+        let prefix = format!("{name}.");
+        self.tensors.keys().filter(move |other| other.starts_with(&prefix))
+    }
+
     /// The bytes of float tensor `name` (F32, BF16 or F16), once its shape is checked.
     fn float_bytes<'a>(&'a self, name: &'a str, expected: &[usize]) -> Result<TensorBytes<'a>, LoadError> {
         let tensor = self.tensor_bytes(name, expected)?;
@@ -260,12 +276,11 @@ impl Checkpoint {
     /// The bytes of tensor `name`, once its shape is checked. A name missing whose derived
     /// tensors (`{name}.…`) are there is a weight stored in a form this build does not read.
     fn tensor_bytes<'a>(&'a self, name: &'a str, expected: &[usize]) -> Result<TensorBytes<'a>, LoadError> {
-        let (shard, info) = self.tensors.get(name).ok_or_else(|| {
-            let derived = format!("{name}.");
-            match self.tensors.keys().filter(|other| other.starts_with(&derived)).min() {
-                Some(other) => LoadError::Blocks { name: other.clone(), reason: format!("`{name}` is stored in a form this build does not read") },
-                None => LoadError::MissingTensor { name: name.to_owned() },
-            }
+        let (shard, info) = self.tensors.get(name).ok_or_else(|| match self.derived(name).min() {
+            // Scales without their values: the values are what is missing.
+            Some(other) if *other == block_part(name, Q8_SCALES) => LoadError::MissingTensor { name: block_part(name, Q8_VALUES) },
+            Some(other) => LoadError::Blocks { name: other.clone(), reason: format!("`{name}` is stored in a form this build does not read") },
+            None => LoadError::MissingTensor { name: name.to_owned() },
         })?;
         if info.shape != expected {
             return Err(LoadError::ShapeMismatch {
@@ -288,6 +303,19 @@ pub const Q8_VALUES: &str = "q8_values";
 pub const Q8_SCALES: &str = "q8_scales";
 /// The safetensors metadata key under which a quantized folder's shards name their format.
 pub const FORMAT_KEY: &str = "decider.weights";
+
+/// The shape of the scales of Q8_0 blocks of weight `name` of `shape`: a scale per 32 values
+/// along the last dimension, which must be whole blocks.
+pub fn scales_shape(name: &str, shape: &[usize]) -> Result<Vec<usize>, LoadError> {
+    let mut scales = shape.to_vec();
+    match scales.last_mut() {
+        Some(cols) if *cols % Q8_BLOCK == 0 => {
+            *cols /= Q8_BLOCK;
+            Ok(scales)
+        }
+        _ => Err(LoadError::Blocks { name: name.to_owned(), reason: format!("{shape:?} are not rows of whole blocks of {Q8_BLOCK}") }),
+    }
+}
 
 /// The name of part `part` of weight `name`'s blocks.
 pub fn block_part(name: &str, part: &str) -> String {
@@ -341,9 +369,7 @@ impl TensorBytes<'_> {
             None => Ok(()),
         }
     }
-}
 
-impl TensorBytes<'_> {
     /// Hands the tensor's pages of the file back to the kernel once it is read: the resident
     /// memory of a load grows by what it keeps, not by the checkpoint's size.
     fn release(&self) {

@@ -36,7 +36,8 @@ pub enum LoadError {
     UnsupportedDtype { name: String, dtype: String },
     #[error("tensor `{name}` has {count} NaN or infinite values (the first at flat index {first}): the checkpoint is broken")]
     NonFinite { name: String, count: usize, first: usize },
-    /// A weight of a quantized folder whose blocks are not what their format says.
+    /// A weight of a quantized folder whose blocks are not what their format says, or that is
+    /// stored in a form this build does not read.
     #[error("tensor `{name}`: {reason}")]
     Blocks { name: String, reason: String },
     #[error("{path} holds weights in a format this build does not read: {reason}")]

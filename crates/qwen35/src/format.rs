@@ -10,12 +10,16 @@
 //! table's hidden width) is not a whole number of blocks stays f32.
 
 use std::fmt;
+use std::path::Path;
 use std::str::FromStr;
 
 use burn::module::{Module, Param, ParamId};
 use burn::tensor::{Int, Tensor, backend::Backend};
 use decider_ops::{Q8_BLOCK, Q8Matmul, grouped_q8_matmul, q8_matmul};
 use serde::{Deserialize, Serialize};
+
+use crate::checkpoint::Checkpoint;
+use crate::error::LoadError;
 
 /// How the projection and expert weights are held in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -57,6 +61,57 @@ impl FromStr for WeightFormat {
             let names: Vec<&str> = Self::ALL.iter().map(|(name, _)| *name).collect();
             format!("unknown weight format `{name}` (expected one of: {})", names.join(", "))
         })
+    }
+}
+
+/// The weight format asked for at load: one format, or `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WeightChoice {
+    /// The format a model folder's weights are stored in where it names one (a `decider
+    /// quantize`d folder), else f32: the one format every backend computes at full accuracy.
+    #[default]
+    Auto,
+    Exactly(WeightFormat),
+}
+
+impl WeightChoice {
+    /// The format to load the model folder `dir` in.
+    pub fn for_folder(self, dir: &Path) -> Result<WeightFormat, LoadError> {
+        match self {
+            WeightChoice::Exactly(format) => Ok(format),
+            WeightChoice::Auto => Ok(Checkpoint::open_dir(dir)?.stored_format().unwrap_or(WeightFormat::F32)),
+        }
+    }
+
+    /// The format of a model built without a folder (random weights).
+    pub fn without_folder(self) -> WeightFormat {
+        match self {
+            WeightChoice::Exactly(format) => format,
+            WeightChoice::Auto => WeightFormat::F32,
+        }
+    }
+}
+
+impl fmt::Display for WeightChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WeightChoice::Auto => f.write_str("auto"),
+            WeightChoice::Exactly(format) => format.fmt(f),
+        }
+    }
+}
+
+impl FromStr for WeightChoice {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, String> {
+        match name {
+            "auto" => Ok(WeightChoice::Auto),
+            _ => name.parse().map(WeightChoice::Exactly).map_err(|_| {
+                let names: Vec<&str> = WeightFormat::ALL.iter().map(|(name, _)| *name).collect();
+                format!("unknown weight format `{name}` (expected one of: auto, {})", names.join(", "))
+            }),
+        }
     }
 }
 
@@ -103,5 +158,20 @@ impl<B: Q8Matmul> Q8Weight<B, 3> {
     /// expert's `Wᵀ`: `[rows, out]`.
     pub fn grouped_matmul(&self, x: Tensor<B, 2>, counts: Tensor<B, 1, Int>) -> Tensor<B, 2> {
         grouped_q8_matmul(x, self.values.val(), self.scales.val(), counts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{WeightChoice, WeightFormat};
+
+    #[test]
+    fn choices_parse_and_print_by_their_names() {
+        for (name, choice) in [("auto", WeightChoice::Auto), ("f32", WeightChoice::Exactly(WeightFormat::F32)), ("q8", WeightChoice::Exactly(WeightFormat::Q8))] {
+            assert_eq!(name.parse::<WeightChoice>(), Ok(choice));
+            assert_eq!(choice.to_string(), name);
+        }
+        assert_eq!("q3".parse::<WeightChoice>(), Err("unknown weight format `q3` (expected one of: auto, f32, q8)".to_owned()));
+        assert_eq!(WeightChoice::Auto.without_folder(), WeightFormat::F32);
     }
 }

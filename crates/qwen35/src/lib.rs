@@ -30,7 +30,7 @@ pub mod weights;
 pub use cache::ModelCache;
 pub use config::{FeedForwardType, LayerType, MoeConfig, Qwen35Config};
 pub use error::{ConfigError, LoadError};
-pub use format::WeightFormat;
+pub use format::{WeightChoice, WeightFormat};
 pub use memory::CallMemory;
 pub use model::{ForwardTrace, LayerTrace, PrefillBlocks, Qwen35Model};
 pub use weights::{load_model, load_model_with_weights};

@@ -8,17 +8,18 @@
 //! tensor in f32, and each shard's metadata names the format ([`crate::checkpoint::FORMAT_KEY`]).
 //! Tensors the model does not read (a vision tower, MTP) are left out. The tensors are read by
 //! the loader itself (`CheckpointFiller::writing_to`), so a quantized folder holds exactly the
-//! blocks a load would make, and writing holds one shard in memory plus one tensor.
+//! blocks a load would make. Writing holds at most a shard ([`SHARD_BYTES`]) and one tensor,
+//! twice (as read, and as the bytes to write).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use burn::module::Module;
-use decider_ops::{Q8_BLOCK, Q8Matmul};
+use decider_ops::Q8Matmul;
 use safetensors::Dtype;
 use safetensors::tensor::TensorView;
 
-use crate::checkpoint::{Checkpoint, FORMAT_KEY, Q8_SCALES, Q8_VALUES, block_part};
+use crate::checkpoint::{Checkpoint, FORMAT_KEY, Q8_SCALES, Q8_VALUES, block_part, scales_shape};
 use crate::config::Qwen35Config;
 use crate::error::LoadError;
 use crate::format::WeightFormat;
@@ -32,12 +33,16 @@ const SHARD_BYTES: usize = 1 << 30;
 /// tensors written. `B` only types the lazily built model: nothing is allocated on it.
 pub fn quantize_folder<B: Q8Matmul>(dir: &Path, out: &Path, weights: WeightFormat, device: &B::Device) -> Result<usize, LoadError> {
     assert_ne!(weights, WeightFormat::F32, "quantize_folder: f32 is not a block format");
-    let config = Qwen35Config::from_file(dir.join("config.json"))?;
-    let checkpoint = Checkpoint::open_dir(dir)?;
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |cause| LoadError::Io { path, cause }
     };
+    // Writing into the model folder would overwrite the shards being read.
+    if out.canonicalize().ok().is_some_and(|out| dir.canonicalize().is_ok_and(|dir| dir == out)) {
+        return Err(io(out)(std::io::Error::new(std::io::ErrorKind::InvalidInput, "the output folder is the model folder")));
+    }
+    let config = Qwen35Config::from_file(dir.join("config.json"))?;
+    let checkpoint = Checkpoint::open_dir(dir)?;
     std::fs::create_dir_all(out).map_err(io(out))?;
     for entry in std::fs::read_dir(dir).map_err(io(dir))? {
         let path = entry.map_err(io(dir))?.path();
@@ -129,11 +134,9 @@ impl Written for Vec<f32> {
 impl Written for (Vec<i8>, Vec<f32>) {
     fn write(&self, name: &str, shape: &[usize], writer: &mut ShardWriter) -> Result<(), LoadError> {
         let (values, scales) = self;
-        let mut block_shape = shape.to_vec();
-        if let Some(last) = block_shape.last_mut() {
-            *last /= Q8_BLOCK;
-        }
-        writer.add(block_part(name, Q8_VALUES), Dtype::I8, shape.to_vec(), values.iter().map(|&v| v as u8).collect())?;
-        scales.write(&block_part(name, Q8_SCALES), &block_shape, writer)
+        let values_name = block_part(name, Q8_VALUES);
+        let scales_shape = scales_shape(&values_name, shape)?;
+        writer.add(values_name, Dtype::I8, shape.to_vec(), values.iter().map(|&v| v as u8).collect())?;
+        scales.write(&block_part(name, Q8_SCALES), &scales_shape, writer)
     }
 }

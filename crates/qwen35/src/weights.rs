@@ -228,13 +228,17 @@ impl<'a, B: Q8Matmul> CheckpointFiller<'a, B> {
             Stored::Transposed { of_module } => {
                 let (batch, d_in, d_out) = stack_dims(shape);
                 let weight = self.read_weight(&self.checkpoint_name(of_module), [batch, d_out, d_in], Checkpoint::read_f32)?;
-                Ok(transpose_last2(&weight, batch, d_out, d_in))
+                // A writer has written it as it is read; the parameter stays unfilled.
+                match self.writer {
+                    Some(_) => Ok(weight),
+                    None => Ok(transpose_last2(&weight, batch, d_out, d_in)),
+                }
             }
             Stored::Q8Scales => {
                 let name = self.checkpoint_name(true);
                 match self.pending_scales.take() {
                     Some((values_of, scales)) if values_of == name => Ok(scales),
-                    _ => unreachable!("Q8Weight holds its values before its scales"),
+                    _ => unreachable!("a Q8_0 module holds its values before its scales"),
                 }
             }
             Stored::Q8Values { .. } => unreachable!("Q8 values are ints"),
