@@ -14,7 +14,7 @@ use xtask::jevbench::{JevbenchArgs, assets_dir, run_and_report, select_items};
 fn args(out: &Path, limit: Option<usize>) -> JevbenchArgs {
     JevbenchArgs {
         model: ModelSource::Demo,
-        weights: WeightsArg { format: Default::default() },
+        weights: WeightsArg { choice: Default::default() },
         backend: decider_cli::backend::BackendName::default_name(),
         tiers: vec!["easy".into(), "standard".into(), "hard".into()],
         endpoint: None,
