@@ -6,10 +6,8 @@
 //! the real models do, and an extra f32 copy of it would show.
 
 use integration_tests::counting::{Counting, peak_of};
-use integration_tests::{fixture_copy, rewrite_tensors};
-use qwen35::WeightFormat;
-use safetensors::Dtype;
-use serde_json::Value;
+use integration_tests::dense_with_vocab;
+use qwen35::{Qwen35Config, WeightFormat};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
@@ -24,23 +22,8 @@ const SLACK: usize = 1 << 20;
 
 #[test]
 fn loading_peaks_at_the_model_plus_one_tensor() {
-    let dir = fixture_copy("dense/save_pretrained");
-    let config_path = dir.path().join("config.json");
-    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
-    config["vocab_size"] = VOCAB.into();
-    std::fs::write(&config_path, config.to_string()).unwrap();
-    let hidden = 32;
-    rewrite_tensors(&dir.path().join("model.safetensors"), |name, dtype, shape, data| {
-        Some(match name.ends_with("embed_tokens.weight") {
-            true => {
-                assert_eq!(shape[1], hidden, "the fixture's hidden width");
-                // Small bf16 values of varied sizes: every block gets its own scale.
-                let values = (0..VOCAB * hidden).flat_map(|i| half::bf16::from_f32(((i * 7919) % 1999) as f32 / 1999.0 - 0.5).to_le_bytes());
-                (Dtype::BF16, vec![VOCAB, hidden], values.collect())
-            }
-            false => (dtype, shape, data),
-        })
-    });
+    let dir = dense_with_vocab(VOCAB, None);
+    let hidden = Qwen35Config::from_file(dir.path().join("config.json")).unwrap().hidden_size;
     let mut kept = Vec::new();
     for (weights, bytes_per_value) in [(WeightFormat::F32, 4.0), (WeightFormat::Q8, 1.0 + 4.0 / 32.0)] {
         let (model, live, peak) = peak_of(|| qwen35::load_model_with_weights::<B>(dir.path(), weights, &Default::default()).unwrap());

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use burn::backend::NdArray;
 use burn::tensor::{Int, Tensor};
-use integration_tests::{LAYOUTS, MODELS, Reference, fixture_path, rewrite_tensors};
+use integration_tests::{LAYOUTS, MODELS, Reference, dense_with_vocab, fixture_path, rewrite_tensors};
 use qwen35::{WeightChoice, WeightFormat};
 use qwen35::checkpoint::{Checkpoint, FORMAT_KEY};
 use safetensors::tensor::TensorView;
@@ -125,12 +125,24 @@ fn values_and_scales_out_of_their_range_are_named() {
     assert!(message.contains(&format!("`{EMBED}.q8_values`: holds F16 values, not I8")), "{message}");
 }
 
+/// The one shard of a quantized folder, as bytes to deserialize.
+fn shard_bytes(folder: &Path) -> Vec<u8> {
+    std::fs::read(folder.join("model-00001.safetensors")).unwrap()
+}
+
+/// Replaces the shard and index of a quantized folder by one `model.safetensors` of `tensors`
+/// (an index would list the old names).
+fn as_one_file(folder: &Path, tensors: Vec<(String, TensorView<'_>)>) {
+    safetensors::serialize_to_file(tensors, None, &folder.join("model.safetensors")).unwrap();
+    std::fs::remove_file(folder.join("model-00001.safetensors")).unwrap();
+    std::fs::remove_file(folder.join("model.safetensors.index.json")).unwrap();
+}
+
 #[test]
 fn unknown_formats_are_named() {
     // Blocks of a kind this build does not read, in place of the weight.
     let folder = quantized("dense/save_pretrained");
-    let shard = folder.path().join("model-00001.safetensors");
-    let bytes = std::fs::read(&shard).unwrap();
+    let bytes = shard_bytes(folder.path());
     let tensors = SafeTensors::deserialize(&bytes).unwrap();
     let renamed: Vec<(String, TensorView<'_>)> = tensors
         .tensors()
@@ -138,16 +150,13 @@ fn unknown_formats_are_named() {
         .filter(|(name, _)| *name != format!("{EMBED}.q8_scales"))
         .map(|(name, view)| (name.replace(&format!("{EMBED}.q8_values"), &format!("{EMBED}.q5_values")), view))
         .collect();
-    // As one `model.safetensors`: the index would list the old name.
-    safetensors::serialize_to_file(renamed, None, &folder.path().join("model.safetensors")).unwrap();
-    std::fs::remove_file(&shard).unwrap();
-    std::fs::remove_file(folder.path().join("model.safetensors.index.json")).unwrap();
+    as_one_file(folder.path(), renamed);
     let message = load_error(folder.path());
     assert!(message.contains(&format!("`{EMBED}.q5_values`: `{EMBED}` is stored in a form this build does not read")), "{message}");
     // A shard that names a format this build does not know.
     let folder = quantized("dense/save_pretrained");
     let shard = folder.path().join("model-00001.safetensors");
-    let bytes = std::fs::read(&shard).unwrap();
+    let bytes = shard_bytes(folder.path());
     let tensors = SafeTensors::deserialize(&bytes).unwrap();
     let metadata = HashMap::from([(FORMAT_KEY.to_owned(), "q5".to_owned())]);
     safetensors::serialize_to_file(tensors.tensors(), Some(metadata), &shard).unwrap();
@@ -155,34 +164,15 @@ fn unknown_formats_are_named() {
     assert!(message.contains(&shard.display().to_string()) && message.contains("unknown weight format `q5`"), "{message}");
 }
 
-/// The dense fixture with a `vocab`-row embedding (more values than a read's chunk of 65,536),
-/// its value at flat index `nan` (if any) NaN.
-fn wide_embedding(vocab: usize, nan: Option<usize>) -> tempfile::TempDir {
-    let dir = integration_tests::fixture_copy("dense/save_pretrained");
-    let config_path = dir.path().join("config.json");
-    let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
-    config["vocab_size"] = vocab.into();
-    std::fs::write(&config_path, config.to_string()).unwrap();
-    rewrite_tensors(&dir.path().join("model.safetensors"), |name, dtype, shape, data| {
-        Some(match name == EMBED {
-            true => {
-                let value = |i: usize| if Some(i) == nan { f32::NAN } else { ((i * 7919) % 1999) as f32 / 1999.0 - 0.5 };
-                (Dtype::F32, vec![vocab, shape[1]], (0..vocab * shape[1]).flat_map(|i| value(i).to_le_bytes()).collect())
-            }
-            false => (dtype, shape, data),
-        })
-    });
-    dir
-}
-
 #[test]
 fn bad_values_past_the_first_chunk_are_named_at_their_index() {
-    // Quantized as it is read: the NaN's index counts the blocks and chunks before it.
-    let nan = wide_embedding(4096, Some(70_001));
+    // 4,096 rows of 32: more values than a read's chunk of 65,536. Quantized as it is read, the
+    // NaN's index counts the blocks and chunks before it.
+    let nan = dense_with_vocab(4096, Some(70_001));
     let message = load_error(nan.path());
     assert!(message.contains(&format!("tensor `{EMBED}` has 1 NaN or infinite values (the first at flat index 70001)")), "{message}");
     // Read from a quantized folder.
-    let source = wide_embedding(4096, None);
+    let source = dense_with_vocab(4096, None);
     let folder = tempfile::tempdir().unwrap();
     qwen35::quantize::quantize_folder::<B>(source.path(), folder.path(), WeightFormat::Q8, &Default::default()).unwrap();
     rewrite_tensors(&folder.path().join("model-00001.safetensors"), |name, dtype, shape, mut data| {
@@ -202,24 +192,19 @@ fn bad_values_past_the_first_chunk_are_named_at_their_index() {
 fn a_weight_stored_twice_or_without_its_values_is_named() {
     // As it is and as blocks: the two could differ.
     let folder = quantized("dense/save_pretrained");
-    let shard = folder.path().join("model-00001.safetensors");
-    let bytes = std::fs::read(&shard).unwrap();
+    let bytes = shard_bytes(folder.path());
     let tensors = SafeTensors::deserialize(&bytes).unwrap();
     let float = vec![0u8; 256 * 32 * 4];
     let mut views: Vec<(String, TensorView<'_>)> = tensors.tensors();
     views.push((EMBED.to_owned(), TensorView::new(Dtype::F32, vec![256, 32], &float).unwrap()));
-    safetensors::serialize_to_file(views, None, &folder.path().join("model.safetensors")).unwrap();
-    std::fs::remove_file(&shard).unwrap();
-    std::fs::remove_file(folder.path().join("model.safetensors.index.json")).unwrap();
+    as_one_file(folder.path(), views);
     let message = load_error(folder.path());
     assert!(message.contains(&format!("`{EMBED}`: stored both as it is and as `{EMBED}.q8_values`")), "{message}");
     // Scales without their values.
-    let folder = broken(|name, dtype, shape, data| (name != format!("{EMBED}.q8_values")).then_some((dtype, shape, data)));
-    // The index still lists the values: it is rewritten without them.
-    let index_path = folder.path().join("model.safetensors.index.json");
-    let mut index: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&index_path).unwrap()).unwrap();
-    index["weight_map"].as_object_mut().unwrap().remove(&format!("{EMBED}.q8_values"));
-    std::fs::write(&index_path, index.to_string()).unwrap();
+    let folder = quantized("dense/save_pretrained");
+    let bytes = shard_bytes(folder.path());
+    let tensors = SafeTensors::deserialize(&bytes).unwrap();
+    as_one_file(folder.path(), tensors.tensors().into_iter().filter(|(name, _)| *name != format!("{EMBED}.q8_values")).collect());
     let message = load_error(folder.path());
     assert!(message.contains(&format!("missing tensor `{EMBED}.q8_values`")), "{message}");
 }

@@ -35,6 +35,28 @@ pub fn fixture_copy(relative: &str) -> tempfile::TempDir {
     dir
 }
 
+/// A copy of the dense fixture (`dense/save_pretrained`) with a `vocab`-row bf16 embedding of
+/// small values of varied sizes (every block gets its own scale), its value at flat index `nan`
+/// (if any) NaN: one tensor that dominates the checkpoint, as the real models' embeddings do.
+pub fn dense_with_vocab(vocab: usize, nan: Option<usize>) -> tempfile::TempDir {
+    let dir = fixture_copy("dense/save_pretrained");
+    let config_path = dir.path().join("config.json");
+    let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+    config["vocab_size"] = vocab.into();
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    rewrite_tensors(&dir.path().join("model.safetensors"), |name, dtype, shape, data| {
+        Some(match name.ends_with("embed_tokens.weight") {
+            true => {
+                let value = |i: usize| if Some(i) == nan { f32::NAN } else { ((i * 7919) % 1999) as f32 / 1999.0 - 0.5 };
+                let values = (0..vocab * shape[1]).flat_map(|i| half::bf16::from_f32(value(i)).to_le_bytes());
+                (Dtype::BF16, vec![vocab, shape[1]], values.collect())
+            }
+            false => (dtype, shape, data),
+        })
+    });
+    dir
+}
+
 /// Rewrites the safetensors file at `path` through `edit`, which gets each (name, dtype, shape,
 /// bytes) and returns the tensor to write instead, or `None` to drop it.
 pub fn rewrite_tensors(path: &Path, edit: impl Fn(&str, Dtype, Vec<usize>, Vec<u8>) -> Option<(Dtype, Vec<usize>, Vec<u8>)>) {
