@@ -8,6 +8,7 @@ use std::path::Path;
 
 use burn::backend::NdArray;
 use burn::tensor::{Int, Tensor};
+use half::f16;
 use integration_tests::{LAYOUTS, MODELS, Reference, dense_with_vocab, fixture_path, rewrite_tensors};
 use qwen35::{WeightChoice, WeightFormat};
 use qwen35::checkpoint::{Checkpoint, FORMAT_KEY};
@@ -76,7 +77,7 @@ fn a_wrong_block_count_names_the_scales() {
     let folder = broken(|name, dtype, mut shape, mut data| {
         if name == format!("{EMBED}.q8_scales") {
             shape[1] += 1;
-            data.extend(vec![0; shape[0] * 4]);
+            data.extend(vec![0; shape[0] * size_of::<f16>()]);
         }
         Some((dtype, shape, data))
     });
@@ -107,14 +108,25 @@ fn values_and_scales_out_of_their_range_are_named() {
     });
     let message = load_error(minus_128.path());
     assert!(message.contains(&format!("`{EMBED}.q8_values`: value -128 at flat index 40")), "{message}");
-    let nan_scale = broken(|name, dtype, shape, mut data| {
-        if name == format!("{EMBED}.q8_scales") {
-            data[8..12].copy_from_slice(&f32::NAN.to_le_bytes());
-        }
-        Some((dtype, shape, data))
+    for (scale, at, shown) in [(f16::NAN, 2, "NaN"), (f16::INFINITY, 3, "inf"), (f16::from_f32(-0.5), 5, "-0.5")] {
+        let bad_scale = broken(|name, dtype, shape, mut data| {
+            if name == format!("{EMBED}.q8_scales") {
+                data[2 * at..2 * at + 2].copy_from_slice(&scale.to_le_bytes());
+            }
+            Some((dtype, shape, data))
+        });
+        let message = load_error(bad_scale.path());
+        assert!(message.contains(&format!("`{EMBED}.q8_scales`: scale {shown} at flat index {at}")), "{message}");
+    }
+    // Scales as f32 (not Q8_0's f16) are refused, not converted.
+    let f32_scales = broken(|name, dtype, shape, data| {
+        Some(match name == format!("{EMBED}.q8_scales") {
+            true => (Dtype::F32, shape, data.chunks(2).flat_map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32().to_le_bytes()).collect()),
+            false => (dtype, shape, data),
+        })
     });
-    let message = load_error(nan_scale.path());
-    assert!(message.contains(&format!("`{EMBED}.q8_scales`: scale NaN at flat index 2")), "{message}");
+    let message = load_error(f32_scales.path());
+    assert!(message.contains(&format!("`{EMBED}.q8_scales`: holds F32 values, not F16")), "{message}");
     let f16_values = broken(|name, dtype, shape, data| {
         Some(match name == format!("{EMBED}.q8_values") {
             true => (Dtype::F16, shape, data.iter().flat_map(|&b| [b, 0]).collect()),

@@ -4,7 +4,8 @@
 
 use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::{Int, Tensor, TensorData};
-use decider_ops::{q8_rows, q8_values, quantize_q8};
+use decider_ops::{q8_rows, q8_scales, q8_values, quantize_q8};
+use half::f16;
 use qwen35::weights::{Stored, stack_dims, stored, transpose_last2};
 use qwen35::{Qwen35Config, Qwen35Model, Qwen35Ops, WeightFormat};
 use rand::{Rng, SeedableRng};
@@ -43,7 +44,7 @@ pub fn demo_model<B: Qwen35Ops>(device: &B::Device) -> Qwen35Model<B> {
 /// memory measurements without a checkpoint (`--model random:CONFIG`). In `q8` its projections,
 /// experts and token tables are the Q8_0 rounding of the f32 network's.
 pub fn random_model<B: Qwen35Ops>(config: &Qwen35Config, weights: WeightFormat, device: &B::Device) -> Qwen35Model<B> {
-    config.init_with_weights::<B>(weights, device).map(&mut SeededWeights { next_stream: 0, pending_scales: None, owners: Vec::new() })
+    config.init_with_weights::<B>(weights, device).map(&mut SeededWeights { next_stream: 0, pending_scales: None, path: Vec::new() })
 }
 
 /// Replaces every float parameter, in module order, with uniform values in ±1/√fan_in
@@ -53,10 +54,10 @@ pub fn random_model<B: Qwen35Ops>(config: &Qwen35Config, weights: WeightFormat, 
 /// values, and the scales that follow them.
 struct SeededWeights {
     next_stream: u64,
-    /// The scales of the Q8_0 values just drawn: the next float parameter.
-    pending_scales: Option<Vec<f32>>,
-    /// The container type of each module entered, innermost last.
-    owners: Vec<String>,
+    /// The scales of the Q8_0 values just drawn: the next int parameter.
+    pending_scales: Option<Vec<f16>>,
+    /// Each field entered with the type of the module that holds it, innermost last.
+    path: Vec<(String, String)>,
 }
 
 impl SeededWeights {
@@ -70,22 +71,19 @@ impl SeededWeights {
 }
 
 impl<B: Qwen35Ops> ModuleMapper<B> for SeededWeights {
-    fn enter_module(&mut self, _name: &str, container_type: &str) {
-        self.owners.push(container_type.to_owned());
+    fn enter_module(&mut self, name: &str, container_type: &str) {
+        self.path.push((name.to_owned(), container_type.to_owned()));
     }
 
     fn exit_module(&mut self, _name: &str, _container_type: &str) {
-        self.owners.pop();
+        self.path.pop();
     }
 
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
         // Only the shape is read: the lazy initial values are never drawn.
         let shape = param.lazy_shape();
         let dims = shape.dims::<D>();
-        let values = match self.pending_scales.take() {
-            Some(scales) => scales,
-            None => self.draw(shape.num_elements(), if D >= 2 { 1.0 / (dims[D - 2] as f32).sqrt() } else { 0.5 }),
-        };
+        let values = self.draw(shape.num_elements(), if D >= 2 { 1.0 / (dims[D - 2] as f32).sqrt() } else { 0.5 });
         let id = param.id;
         let tensor = Tensor::from_data(TensorData::new(values, shape), &param.lazy_device());
         param.transform_for_load(tensor, id)
@@ -93,19 +91,27 @@ impl<B: Qwen35Ops> ModuleMapper<B> for SeededWeights {
 
     fn map_int<const D: usize>(&mut self, param: Param<Tensor<B, D, Int>>) -> Param<Tensor<B, D, Int>> {
         let shape = param.lazy_shape();
-        let (batch, d_out, d_in) = stack_dims(&shape.dims::<D>());
-        let owner = self.owners.last().map_or("", String::as_str);
-        let Stored::Q8Values { kernel_layout } = stored(owner, "values") else { unreachable!("the only int parameters are Q8 values") };
         let device = param.lazy_device();
-        let (values, tensor): (_, fn(_, _, _) -> _) = match kernel_layout {
-            // A projection: drawn as its f32 `[in, out]`, stored `[out, in]`.
-            true => (transpose_last2(&self.draw(batch * d_in * d_out, 1.0 / (d_in as f32).sqrt()), batch, d_in, d_out), q8_values::<B, D>),
-            // A token table: drawn and stored `[vocab, hidden]`, as its f32 `Embedding`.
-            false => (self.draw(batch * d_out * d_in, 1.0 / (d_out as f32).sqrt()), q8_rows::<B, D>),
+        let tensor = match self.path.last().map(|(field, owner)| stored(owner, field)) {
+            Some(Stored::Q8Values { kernel_layout }) => {
+                let (batch, d_out, d_in) = stack_dims(&shape.dims::<D>());
+                let (values, tensor): (_, fn(_, _, _) -> _) = match kernel_layout {
+                    // A projection: drawn as its f32 `[in, out]`, stored `[out, in]`.
+                    true => (transpose_last2(&self.draw(batch * d_in * d_out, 1.0 / (d_in as f32).sqrt()), batch, d_in, d_out), q8_values::<B, D>),
+                    // A token table: drawn and stored `[vocab, hidden]`, as its f32 `Embedding`.
+                    false => (self.draw(batch * d_out * d_in, 1.0 / (d_out as f32).sqrt()), q8_rows::<B, D>),
+                };
+                let (values, scales) = quantize_q8(&values, d_in);
+                self.pending_scales = Some(scales);
+                tensor(values, shape, &device)
+            }
+            Some(Stored::Q8Scales) => {
+                let scales = self.pending_scales.take().expect("a Q8_0 module holds its values before its scales");
+                q8_scales(scales, shape, &device)
+            }
+            _ => unreachable!("the only int parameters are Q8_0 blocks"),
         };
-        let (values, scales) = quantize_q8(&values, d_in);
-        self.pending_scales = Some(scales);
         let id = param.id;
-        param.transform_for_load(tensor(values, shape, &device), id)
+        param.transform_for_load(tensor, id)
     }
 }

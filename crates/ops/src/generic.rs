@@ -91,7 +91,7 @@ fn diagonal_blocks<B: Backend>(a: Tensor<B, 3>, b: usize) -> Tensor<B, 4> {
 
 /// `round_q8(x) · Wᵀ` with the Q8_0 weight dequantized first (`[out, in / 32, 32]` values times
 /// their block's scale), then one float matmul on the rounded activations.
-pub fn q8_matmul<B: Backend>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales: Tensor<B, 2>) -> Tensor<B, 2> {
+pub fn q8_matmul<B: Backend>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>) -> Tensor<B, 2> {
     let [out, d_in] = values.dims();
     let [n, _] = x.dims();
     if n == 0 {
@@ -99,7 +99,7 @@ pub fn q8_matmul<B: Backend>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales:
         return Tensor::zeros([0, out], &x.device());
     }
     let blocks = d_in / crate::Q8_BLOCK;
-    let weight = values.float().reshape([out, blocks, crate::Q8_BLOCK]) * scales.reshape([out, blocks, 1]);
+    let weight = values.float().reshape([out, blocks, crate::Q8_BLOCK]) * crate::q8_scales_f32(scales).reshape([out, blocks, 1]);
     round_activations_q8(x).matmul(weight.reshape([out, d_in]).transpose())
 }
 
@@ -143,10 +143,10 @@ pub fn grouped_matmul<B: DenseMatmul>(x: FloatTensor<B>, weights: FloatTensor<B>
 }
 
 /// [`crate::grouped_q8_matmul`] as a [`Q8Matmul::q8_matmul`] per expert with rows.
-pub fn grouped_q8_matmul<B: Q8Matmul>(x: FloatTensor<B>, values: IntTensor<B>, scales: FloatTensor<B>, counts: IntTensor<B>) -> FloatTensor<B> {
+pub fn grouped_q8_matmul<B: Q8Matmul>(x: FloatTensor<B>, values: IntTensor<B>, scales: IntTensor<B>, counts: IntTensor<B>) -> FloatTensor<B> {
     let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(x));
     let values = Tensor::<B, 3, Int>::from_primitive(values);
-    let scales = Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(scales));
+    let scales = Tensor::<B, 3, Int>::from_primitive(scales);
     let [_, d_out, d_in] = values.dims();
     per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| {
         let values = values.clone().narrow(0, expert, 1).reshape([d_out, d_in]);

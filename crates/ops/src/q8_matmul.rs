@@ -4,7 +4,8 @@
 //! blocks of [`Q8_BLOCK`] values; each block keeps one scale `d = max|w| / 127` and the values
 //! `round(w / d)` as `i8`, so `w ≈ value * d`. As in llama.cpp's `quantize_row_q8_0_ref`
 //! (ggml/src/ggml-quants.c), the values are rounded with the f32 scale and the scale is then
-//! stored rounded to f16 (kept here as the f32 of that f16).
+//! stored as an f16: 34 bytes a block, 1.0625 a weight. Tensors hold the f16's bits
+//! ([`q8_scales`]) as ints, since not every backend has f16 floats (ndarray has none).
 //!
 //! The activations are rounded to 8-bit blocks too, as llama.cpp's CPU matmul does before its
 //! integer dot (`ggml_vec_dot_q8_0_q8_0` in ggml/src/ggml-cpu/quants.c): each block of 32 input
@@ -30,6 +31,12 @@ pub trait Q8Matmul: Backend {
         <Self::IntElem as Element>::dtype()
     }
 
+    /// The int dtype the scales' f16 bits are held in: the backend's own int dtype, unless the
+    /// backend names a smaller one it stores and computes correctly (ndarray: u16).
+    fn q8_scales_dtype() -> DType {
+        <Self::IntElem as Element>::dtype()
+    }
+
     /// The order this backend's kernel reads a weight's values in: `values` are one or a stack of
     /// weights `[out, in]`, row-major, returned as the same number of values that
     /// [`Q8Matmul::q8_matmul`] then receives, weight by weight. The default keeps them as they
@@ -41,11 +48,12 @@ pub trait Q8Matmul: Backend {
     }
 
     /// `x`: `[n, in]`; `values`: `[out, in]` ints in `-127..=127`, in the order of
-    /// [`Q8Matmul::q8_layout`]; `scales`: `[out, in / 32]`. Returns `[n, out]`.
-    fn q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: FloatTensor<Self>) -> FloatTensor<Self> {
+    /// [`Q8Matmul::q8_layout`]; `scales`: `[out, in / 32]` f16 bits ([`q8_scales`]). Returns
+    /// `[n, out]`.
+    fn q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>) -> FloatTensor<Self> {
         let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
         let values = Tensor::<Self, 2, Int>::from_primitive(values);
-        let scales = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(scales));
+        let scales = Tensor::<Self, 2, Int>::from_primitive(scales);
         crate::generic::q8_matmul(x, values, scales).into_primitive().tensor()
     }
 
@@ -53,13 +61,13 @@ pub trait Q8Matmul: Backend {
     /// `counts [experts]` rows each; `values [experts, out, in]` (each weight in
     /// [`Q8Matmul::q8_layout`]) and `scales [experts, out, in / 32]`. Returns `[rows, out]`. The
     /// default is a [`Q8Matmul::q8_matmul`] per expert with rows.
-    fn grouped_q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: FloatTensor<Self>, counts: IntTensor<Self>) -> FloatTensor<Self> {
+    fn grouped_q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>, counts: IntTensor<Self>) -> FloatTensor<Self> {
         crate::generic::grouped_q8_matmul::<Self>(x, values, scales, counts)
     }
 }
 
 /// `x [n, in] · Wᵀ -> [n, out]` with `W [out, in]` given as Q8_0 `values` and `scales`.
-pub fn q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales: Tensor<B, 2>) -> Tensor<B, 2> {
+pub fn q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>) -> Tensor<B, 2> {
     let ([_, d_in], [out, v_in], [s_out, blocks]) = (x.dims(), values.dims(), scales.dims());
     assert!(
         d_in == v_in && out == s_out && blocks * Q8_BLOCK == d_in,
@@ -68,14 +76,14 @@ pub fn q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales
     Tensor::from_primitive(TensorPrimitive::Float(B::q8_matmul(
         x.into_primitive().tensor(),
         values.into_primitive(),
-        scales.into_primitive().tensor(),
+        scales.into_primitive(),
     )))
 }
 
 /// [`q8_matmul`] grouped by expert: `x [rows, in]`, sorted by expert with `counts [experts]`
 /// rows each (summing to `rows`), times each row's expert's weight, given as Q8_0 `values
 /// [experts, out, in]` and `scales [experts, out, in / 32]`. Returns `[rows, out]`.
-pub fn grouped_q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 3, Int>, scales: Tensor<B, 3>, counts: Tensor<B, 1, Int>) -> Tensor<B, 2> {
+pub fn grouped_q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 3, Int>, scales: Tensor<B, 3, Int>, counts: Tensor<B, 1, Int>) -> Tensor<B, 2> {
     let ([_, d_in], [experts, out, v_in], [s_experts, s_out, blocks], [c]) = (x.dims(), values.dims(), scales.dims(), counts.dims());
     assert!(
         d_in == v_in && [s_experts, s_out, c] == [experts, out, experts] && blocks * Q8_BLOCK == d_in,
@@ -84,7 +92,7 @@ pub fn grouped_q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 3, Int>
     Tensor::from_primitive(TensorPrimitive::Float(B::grouped_q8_matmul(
         x.into_primitive().tensor(),
         values.into_primitive(),
-        scales.into_primitive().tensor(),
+        scales.into_primitive(),
         counts.into_primitive(),
     )))
 }
@@ -104,12 +112,35 @@ pub fn q8_rows<B: Q8Matmul, const D: usize>(values: Vec<i8>, shape: impl Into<Sh
     Tensor::from_data(TensorData::new(values, shape), (device, B::q8_values_dtype()))
 }
 
+/// Q8_0 scales `[..., rows, cols / 32]` as a tensor of the backend's
+/// [`Q8Matmul::q8_scales_dtype`] holding their f16 bits.
+pub fn q8_scales<B: Q8Matmul, const D: usize>(scales: Vec<f16>, shape: impl Into<Shape>, device: &B::Device) -> Tensor<B, D, Int> {
+    // Collected in place: the same size and alignment.
+    let bits: Vec<u16> = scales.into_iter().map(f16::to_bits).collect();
+    Tensor::from_data(TensorData::new(bits, shape), (device, B::q8_scales_dtype()))
+}
+
+/// The f32 values of non-negative, finite f16 bits (Q8_0 scales: [`q8_scales`]), in tensor ops
+/// on any backend: an f16 of exponent field `e` and mantissa field `m` is `(1024 + m) ·
+/// 2^(e - 25)`, or `m · 2^-24` when `e` is 0, and both are `(bits - (max(e, 1) - 1) · 1024) ·
+/// 2^(max(e, 1) - 25)`. Every step is exact in f32, the powers of two read from a table.
+pub fn q8_scales_f32<B: Backend, const D: usize>(bits: Tensor<B, D, Int>) -> Tensor<B, D> {
+    let shape = bits.shape();
+    let bits = bits.float();
+    let exponent = bits.clone().div_scalar(1024.0).floor().clamp_min(1.0);
+    let mantissa = bits - (exponent.clone() - 1.0) * 1024.0;
+    let powers: Vec<f32> = (0..32).map(|e: i32| 2f32.powi(e.max(1) - 25)).collect();
+    let powers = Tensor::<B, 1>::from_floats(powers.as_slice(), &mantissa.device());
+    let power = powers.select(0, exponent.int().reshape([shape.num_elements()])).reshape(shape);
+    mantissa * power
+}
+
 /// Quantizes row-major `[rows, cols]` values (`cols` a multiple of [`Q8_BLOCK`]) to Q8_0:
 /// `(values [rows, cols], scales [rows, cols / 32])`, in parallel over blocks.
-pub fn quantize_q8(weights: &[f32], cols: usize) -> (Vec<i8>, Vec<f32>) {
+pub fn quantize_q8(weights: &[f32], cols: usize) -> (Vec<i8>, Vec<f16>) {
     assert!(cols % Q8_BLOCK == 0, "quantize_q8: {cols} columns are not whole blocks of {Q8_BLOCK}");
     let mut values = vec![0i8; weights.len()];
-    let mut scales = vec![0f32; weights.len() / Q8_BLOCK];
+    let mut scales = vec![f16::ZERO; weights.len() / Q8_BLOCK];
     values
         .par_chunks_mut(Q8_BLOCK)
         .zip(scales.par_iter_mut())
@@ -118,8 +149,8 @@ pub fn quantize_q8(weights: &[f32], cols: usize) -> (Vec<i8>, Vec<f32>) {
     (values, scales)
 }
 
-/// One block of [`quantize_q8`]: writes the values, returns the scale (an f16, as f32).
-pub fn quantize_q8_block(block: &[f32], values: &mut [i8]) -> f32 {
+/// One block of [`quantize_q8`]: writes the values, returns the scale.
+pub fn quantize_q8_block(block: &[f32], values: &mut [i8]) -> f16 {
     let amax = block.iter().fold(0f32, |m, w| m.max(w.abs()));
     let d = amax / 127.0;
     let inverse = if d != 0.0 { 1.0 / d } else { 0.0 };
@@ -127,7 +158,7 @@ pub fn quantize_q8_block(block: &[f32], values: &mut [i8]) -> f32 {
         // Within ±127 but for a block so small that `1 / d` overflows (its f16 scale is 0).
         *value = round_half_away((w * inverse).clamp(-127.0, 127.0)) as i8;
     }
-    f16::from_f32(d).to_f32()
+    f16::from_f32(d)
 }
 
 /// `x.round()` (half away from zero, as C's `roundf`) for `|x| < 2^23`, inline: without SSE4.1
@@ -168,12 +199,16 @@ pub(crate) fn round_activation_block(block: &[f32], values: &mut [i8]) -> f32 {
     d
 }
 
-/// The weights that Q8_0 values and scales stand for (`[rows, cols]`, row-major).
-pub fn dequantize_q8(values: &[i8], scales: &[f32]) -> Vec<f32> {
+/// The weights (or activations) that Q8_0 values and their scales (f16 or f32) stand for
+/// (`[rows, cols]`, row-major).
+pub fn dequantize_q8<S: Copy + Into<f32>>(values: &[i8], scales: &[S]) -> Vec<f32> {
     values
         .chunks(Q8_BLOCK)
         .zip(scales)
-        .flat_map(|(block, &d)| block.iter().map(move |&v| v as f32 * d))
+        .flat_map(|(block, &d)| {
+            let d: f32 = d.into();
+            block.iter().map(move |&v| v as f32 * d)
+        })
         .collect()
 }
 
@@ -203,7 +238,7 @@ mod tests {
         block[7] = -3e-41;
         let mut values = [0i8; 32];
         let scale = super::quantize_q8_block(&block, &mut values);
-        assert_eq!(scale, 0.0);
+        assert_eq!(scale.to_f32(), 0.0);
         assert!(values.iter().all(|v| (-127..=127).contains(v)), "{values:?}");
     }
 }

@@ -5,8 +5,9 @@
 use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
 use decider_ops::{
     DenseMatmul, ExpertCount, GatedDeltaRule, Q8_BLOCK, Q8Matmul, UnitLowerInverse, dense_matmul, dequantize_q8, expert_count, grouped_matmul, grouped_q8_matmul,
-    gated_delta_rule, generic, q8_matmul, q8_values, quantize_q8, reference, unit_lower_inverse,
+    gated_delta_rule, generic, q8_matmul, q8_scales, q8_scales_f32, q8_values, quantize_q8, reference, unit_lower_inverse,
 };
+use half::f16;
 
 /// Every extension of this crate.
 trait Ops: ExpertCount + UnitLowerInverse + Q8Matmul + DenseMatmul + GatedDeltaRule {}
@@ -172,13 +173,13 @@ fn round_activations(x: &[f32]) -> Vec<f32> {
 
 /// `round_q8(x) · Wᵀ` by plain loops in f64, `W` dequantized from the blocks; with each
 /// output's `sum |x w|`, the scale of its rounding error.
-fn naive_q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f32], d_out: usize, d_in: usize) -> (Vec<f64>, Vec<f64>) {
+fn naive_q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usize, d_in: usize) -> (Vec<f64>, Vec<f64>) {
     let x = round_activations(x);
     let (mut out, mut magnitude) = (vec![0.0; n * d_out], vec![0.0; n * d_out]);
     for t in 0..n {
         for o in 0..d_out {
             for i in 0..d_in {
-                let w = values[o * d_in + i] as f64 * scales[(o * d_in + i) / Q8_BLOCK] as f64;
+                let w = values[o * d_in + i] as f64 * scales[(o * d_in + i) / Q8_BLOCK].to_f64();
                 out[t * d_out + o] += x[t * d_in + i] as f64 * w;
                 magnitude[t * d_out + o] += (x[t * d_in + i] as f64 * w).abs();
             }
@@ -195,7 +196,7 @@ const Q8_SHAPES: [(usize, usize, usize); 9] =
 
 /// Random weights in Q8_0 (with a zero block and an outlier) and activations (with a zero block
 /// and a block whose values tie at half a step) of one shape.
-fn q8_case(rng: &mut Rng, n: usize, d_out: usize, d_in: usize) -> (Vec<f32>, Vec<i8>, Vec<f32>) {
+fn q8_case(rng: &mut Rng, n: usize, d_out: usize, d_in: usize) -> (Vec<f32>, Vec<i8>, Vec<f16>) {
     let mut weights: Vec<f32> = (0..d_out * d_in).map(|_| rng.next_f32() - 0.5).collect();
     weights[..Q8_BLOCK].fill(0.0); // a zero block: scale 0
     if weights.len() > 2 * Q8_BLOCK {
@@ -213,6 +214,19 @@ fn q8_case(rng: &mut Rng, n: usize, d_out: usize, d_in: usize) -> (Vec<f32>, Vec
     (x, values, scales)
 }
 
+/// Every f16 a scale can be (not negative, finite: subnormals, zero and the largest included),
+/// stored in the backend's scales dtype and read back as f32, equals `half`'s conversion.
+fn check_q8_scales<B: Ops>(device: &B::Device) {
+    let scales: Vec<f16> = (0..f16::INFINITY.to_bits()).map(f16::from_bits).collect();
+    let count = scales.len();
+    let expected: Vec<f32> = scales.iter().map(|d| d.to_f32()).collect();
+    let decoded = q8_scales_f32(q8_scales::<B, 2>(scales, [count / 2, 2], device));
+    let decoded: Vec<f32> = decoded.into_data().convert::<f32>().to_vec().unwrap();
+    for (bits, (got, want)) in decoded.iter().zip(&expected).enumerate() {
+        assert_eq!(got.to_bits(), want.to_bits(), "f16 bits {bits:#06x}: {got:e}, not {want:e}");
+    }
+}
+
 fn check_outputs(name: &str, out: &[f32], expected: &[f64], magnitude: &[f64]) {
     assert_eq!(out.len(), expected.len(), "{name}");
     for (k, ((got, e), m)) in out.iter().zip(expected).zip(magnitude).enumerate() {
@@ -227,7 +241,7 @@ fn check_q8_matmul<B: Ops>(device: &B::Device) {
         let (x, values, scales) = q8_case(&mut rng, n, d_out, d_in);
         let (expected, magnitude) = naive_q8_matmul(&x, n, &values, &scales, d_out, d_in);
         let x_t = Tensor::<B, 2>::from_data(TensorData::new(x, [n, d_in]), device);
-        let scales_t = Tensor::<B, 2>::from_data(TensorData::new(scales, [d_out, d_in / Q8_BLOCK]), device);
+        let scales_t = q8_scales::<B, 2>(scales, [d_out, d_in / Q8_BLOCK], device);
         // The kernel reads the values in its layout; the generic form as they are.
         let kernel = q8_matmul(x_t.clone(), q8_values::<B, 2>(values.clone(), [d_out, d_in], device), scales_t.clone());
         let plain = Tensor::<B, 2, Int>::from_data(TensorData::new(values, [d_out, d_in]), (device, B::q8_values_dtype()));
@@ -486,14 +500,14 @@ fn check_grouped_q8_matmul<B: Ops>(device: &B::Device) {
         }
         let x: Vec<f32> = cases.iter().flat_map(|(x, _, _)| x.clone()).collect();
         let values: Vec<i8> = cases.iter().flat_map(|(_, values, _)| values.clone()).collect();
-        let scales: Vec<f32> = cases.iter().flat_map(|(_, _, scales)| scales.clone()).collect();
+        let scales: Vec<f16> = cases.iter().flat_map(|(_, _, scales)| scales.clone()).collect();
         let x_t = Tensor::<B, 2>::from_data(TensorData::new(x, [rows, d_in]), device);
-        let scales_t = Tensor::<B, 3>::from_data(TensorData::new(scales, [experts, d_out, d_in / Q8_BLOCK]), device);
+        let scales_t = q8_scales::<B, 3>(scales, [experts, d_out, d_in / Q8_BLOCK], device);
         let counts_t = counts_tensor::<B>(counts, device);
         let values_t = q8_values::<B, 3>(values, [experts, d_out, d_in], device);
         let kernel = grouped_q8_matmul(x_t.clone(), values_t.clone(), scales_t.clone(), counts_t.clone());
         // The generic form is the backend's own q8 matmul per expert: it reads the same layout.
-        let generic = generic::grouped_q8_matmul::<B>(x_t.into_primitive().tensor(), values_t.into_primitive(), scales_t.into_primitive().tensor(), counts_t.into_primitive());
+        let generic = generic::grouped_q8_matmul::<B>(x_t.into_primitive().tensor(), values_t.into_primitive(), scales_t.into_primitive(), counts_t.into_primitive());
         for (form, out) in [("kernel", kernel), ("generic", Tensor::from_primitive(TensorPrimitive::Float(generic)))] {
             assert_eq!(out.dims(), [rows, d_out], "{form}, {name}");
             check_outputs(&format!("{form}, {name}"), &out.into_data().convert::<f32>().to_vec::<f32>().unwrap(), &expected, &magnitude);
@@ -538,10 +552,10 @@ fn q8_blocks_round_as_llama_cpp_q8_0() {
     let (values, scales) = quantize_q8(&block, Q8_BLOCK);
     assert_eq!(&values[..4], &[127, -50, 30, 0]);
     assert!(values[4..].iter().all(|&v| v == 0));
-    assert_eq!(scales, vec![half::f16::from_f32(0.01).to_f32()]);
+    assert_eq!(scales, vec![f16::from_f32(0.01)]);
     // A zero block has scale 0 and values 0.
     let (values, scales) = quantize_q8(&[0.0; Q8_BLOCK], Q8_BLOCK);
-    assert_eq!((values, scales), (vec![0; Q8_BLOCK], vec![0.0]));
+    assert_eq!((values, scales), (vec![0; Q8_BLOCK], vec![f16::ZERO]));
     // Random rows: every value within half a step of its weight (plus the f16 scale's rounding).
     let mut rng = Rng(5);
     let weights: Vec<f32> = (0..8 * 96).map(|_| 3.0 * (rng.next_f32() - 0.5)).collect();
@@ -550,7 +564,7 @@ fn q8_blocks_round_as_llama_cpp_q8_0() {
     for (k, (w, r)) in weights.iter().zip(&rounded).enumerate() {
         let block = &weights[k / Q8_BLOCK * Q8_BLOCK..][..Q8_BLOCK];
         let d = block.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
-        let bound = d / 2.0 + 127.0 * (d - scales[k / Q8_BLOCK]).abs() + 1e-6;
+        let bound = d / 2.0 + 127.0 * (d - scales[k / Q8_BLOCK].to_f32()).abs() + 1e-6;
         assert!((w - r).abs() <= bound, "weight {k}: {w} rounds to {r}, more than {bound} away");
     }
 }
@@ -584,6 +598,11 @@ macro_rules! backend_suite {
         #[test]
         fn dense_matmul_matches_plain_loops() {
             check_dense_matmul::<B>(&Default::default());
+        }
+
+        #[test]
+        fn q8_scales_read_back_as_their_f16_values() {
+            check_q8_scales::<B>(&Default::default());
         }
 
         #[test]

@@ -181,14 +181,14 @@ impl Checkpoint {
     /// Q8_0 blocks: the `(values, scales)` that `decider_ops::quantize_q8` makes of its f32
     /// values, converted a block at a time, with no f32 copy of the tensor. A weight stored as the
     /// blocks of a quantized folder is read as it is.
-    pub fn read_q8(&self, name: &str, expected: &[usize]) -> Result<(Vec<i8>, Vec<f32>), LoadError> {
+    pub fn read_q8(&self, name: &str, expected: &[usize]) -> Result<(Vec<i8>, Vec<f16>), LoadError> {
         if self.in_blocks(name)? {
             return self.read_blocks(name, expected);
         }
         scales_shape(name, expected)?;
         let tensor = self.float_bytes(name, expected)?;
         let mut values = vec![0i8; tensor.len()];
-        let mut scales = vec![0.0f32; tensor.len() / Q8_BLOCK];
+        let mut scales = vec![f16::ZERO; tensor.len() / Q8_BLOCK];
         let non_finite = values
             .par_chunks_mut(CHUNK)
             .zip(scales.par_chunks_mut(CHUNK / Q8_BLOCK))
@@ -210,13 +210,13 @@ impl Checkpoint {
 
     /// The Q8_0 blocks of weight `name` (of `expected` shape) as a quantized folder holds them,
     /// checked: `{name}.q8_values` I8 of the weight's shape in `-127..=127`, `{name}.q8_scales`
-    /// F32 with a finite, non-negative scale per block of 32 along the last dimension.
-    fn read_blocks(&self, name: &str, expected: &[usize]) -> Result<(Vec<i8>, Vec<f32>), LoadError> {
+    /// F16 with a finite, non-negative scale per block of 32 along the last dimension.
+    fn read_blocks(&self, name: &str, expected: &[usize]) -> Result<(Vec<i8>, Vec<f16>), LoadError> {
         let (values_name, scales_name) = (block_part(name, Q8_VALUES), block_part(name, Q8_SCALES));
         let blocks_error = |tensor: &str, reason: String| LoadError::Blocks { name: tensor.to_owned(), reason };
         let values = self.tensor_bytes(&values_name, expected)?;
         let scales = self.tensor_bytes(&scales_name, &scales_shape(&values_name, expected)?)?;
-        for (tensor, dtype) in [(&values, Dtype::I8), (&scales, Dtype::F32)] {
+        for (tensor, dtype) in [(&values, Dtype::I8), (&scales, Dtype::F16)] {
             if tensor.dtype != dtype {
                 return Err(blocks_error(tensor.name, format!("holds {:?} values, not {dtype:?}", tensor.dtype)));
             }
@@ -230,12 +230,12 @@ impl Checkpoint {
             out.iter().position(|&v| v == i8::MIN).map(|at| i * CHUNK + at)
         });
         let bad_value = bad_value.min();
-        let mut d = vec![0.0f32; scales.bytes.len() / 4];
-        let bad_scale = d.par_chunks_mut(CHUNK).zip(scales.bytes.par_chunks(CHUNK * 4)).enumerate().filter_map(|(i, (out, bytes))| {
-            for (scale, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-                *scale = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        let mut d = vec![f16::ZERO; scales.bytes.len() / 2];
+        let bad_scale = d.par_chunks_mut(CHUNK).zip(scales.bytes.par_chunks(CHUNK * 2)).enumerate().filter_map(|(i, (out, bytes))| {
+            for (scale, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *scale = f16::from_le_bytes([b[0], b[1]]);
             }
-            out.iter().position(|s| !(s.is_finite() && *s >= 0.0)).map(|at| i * CHUNK + at)
+            out.iter().position(|s| !(s.is_finite() && !s.is_sign_negative())).map(|at| i * CHUNK + at)
         });
         let bad_scale = bad_scale.min();
         values.release();
@@ -299,7 +299,7 @@ impl Checkpoint {
 /// How a quantized folder (`crate::quantize`) names a weight's Q8_0 values: `{weight}.q8_values`,
 /// I8 of the weight's shape.
 pub const Q8_VALUES: &str = "q8_values";
-/// ... and its scales: `{weight}.q8_scales`, F32, one per block of 32 along the last dimension.
+/// ... and its scales: `{weight}.q8_scales`, F16, one per block of 32 along the last dimension.
 pub const Q8_SCALES: &str = "q8_scales";
 /// The safetensors metadata key under which a quantized folder's shards name their format.
 pub const FORMAT_KEY: &str = "decider.weights";

@@ -123,8 +123,8 @@ impl FromStr for WeightChoice {
 pub struct Q8Weight<B: Backend, const D: usize> {
     /// `[..., out, in]` values in `-127..=127`.
     pub values: Param<Tensor<B, D, Int>>,
-    /// `[..., out, in / 32]`: each block's scale.
-    pub scales: Param<Tensor<B, D>>,
+    /// `[..., out, in / 32]`: each block's scale, as f16 bits (`decider_ops::q8_scales`).
+    pub scales: Param<Tensor<B, D, Int>>,
 }
 
 impl<B: Backend, const D: usize> Q8Weight<B, D> {
@@ -138,7 +138,7 @@ impl<B: Backend, const D: usize> Q8Weight<B, D> {
 
 /// Lazy zero parameters for Q8_0 `values [..., rows, cols]` and their `scales [..., rows, cols /
 /// 32]` (nothing is allocated until a parameter is read).
-pub(crate) fn lazy_q8_params<B: Backend, const D: usize>(values_shape: [usize; D], device: &B::Device) -> (Param<Tensor<B, D, Int>>, Param<Tensor<B, D>>) {
+pub(crate) fn lazy_q8_params<B: Backend, const D: usize>(values_shape: [usize; D], device: &B::Device) -> (Param<Tensor<B, D, Int>>, Param<Tensor<B, D, Int>>) {
     let mut scales_shape = values_shape;
     scales_shape[D - 1] /= Q8_BLOCK;
     let values = Param::uninitialized(ParamId::new(), move |device, _| Tensor::zeros(values_shape, device), device.clone(), false, values_shape.into());

@@ -16,6 +16,7 @@ use decider_ops::Q8Matmul;
 use crate::decoder::{DecoderLayer, FeedForward, TokenMixer};
 use crate::delta_rule::CHUNK_SIZE;
 use crate::model::{PrefillBlocks, Qwen35Model};
+use crate::weights::{Stored, stored};
 
 /// Bytes of an f32 activation.
 const F32: usize = 4;
@@ -62,17 +63,28 @@ impl<B: Q8Matmul> Qwen35Model<B> {
     /// reading them: of a lazily built model too (`Qwen35Config::init_with_weights`), so that the
     /// weights of a model larger than this machine can be sized in any format.
     pub fn weight_bytes(&self) -> usize {
-        struct Bytes(usize);
+        /// The bytes so far, and the path's entered fields and their owners.
+        struct Bytes(usize, Vec<(String, String)>);
         impl<B: Q8Matmul> ModuleVisitor<B> for Bytes {
+            fn enter_module(&mut self, name: &str, container_type: &str) {
+                self.1.push((name.to_owned(), container_type.to_owned()));
+            }
+            fn exit_module(&mut self, _name: &str, _container_type: &str) {
+                self.1.pop();
+            }
             fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
                 self.0 += param.lazy_shape().num_elements() * size_of::<B::FloatElem>();
             }
             fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<B, D, Int>>) {
-                // The only int parameters are Q8_0 values.
-                self.0 += param.lazy_shape().num_elements() * B::q8_values_dtype().size();
+                // The only int parameters are Q8_0 blocks.
+                let dtype = match self.1.last().map(|(field, owner)| stored(owner, field)) {
+                    Some(Stored::Q8Scales) => B::q8_scales_dtype(),
+                    _ => B::q8_values_dtype(),
+                };
+                self.0 += param.lazy_shape().num_elements() * dtype.size();
             }
         }
-        let mut bytes = Bytes(0);
+        let mut bytes = Bytes(0, Vec::new());
         self.visit(&mut bytes);
         bytes.0
     }

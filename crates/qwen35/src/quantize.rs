@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use burn::module::Module;
 use decider_ops::Q8Matmul;
+use half::f16;
 use safetensors::Dtype;
 use safetensors::tensor::TensorView;
 
@@ -130,13 +131,13 @@ impl Written for Vec<f32> {
     }
 }
 
-/// Q8_0 blocks: values and scales.
-impl Written for (Vec<i8>, Vec<f32>) {
+/// Q8_0 blocks: values (I8) and scales (F16).
+impl Written for (Vec<i8>, Vec<f16>) {
     fn write(&self, name: &str, shape: &[usize], writer: &mut ShardWriter) -> Result<(), LoadError> {
         let (values, scales) = self;
         let values_name = block_part(name, Q8_VALUES);
         let scales_shape = scales_shape(&values_name, shape)?;
         writer.add(values_name, Dtype::I8, shape.to_vec(), values.iter().map(|&v| v as u8).collect())?;
-        scales.write(&block_part(name, Q8_SCALES), &scales_shape, writer)
+        writer.add(block_part(name, Q8_SCALES), Dtype::F16, scales_shape, scales.iter().flat_map(|d| d.to_le_bytes()).collect())
     }
 }

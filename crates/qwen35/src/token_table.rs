@@ -10,7 +10,7 @@ use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::{Embedding, EmbeddingConfig};
 use burn::tensor::{Int, Tensor, backend::Backend};
-use decider_ops::Q8_BLOCK;
+use decider_ops::{Q8_BLOCK, q8_scales_f32};
 
 use crate::format::{WeightFormat, lazy_q8_params};
 
@@ -38,8 +38,8 @@ pub enum TokenTable<B: Backend> {
 pub struct Q8Rows<B: Backend> {
     /// `[vocab, hidden]` values in `-127..=127`.
     pub values: Param<Tensor<B, 2, Int>>,
-    /// `[vocab, hidden / 32]`: each block's scale.
-    pub scales: Param<Tensor<B, 2>>,
+    /// `[vocab, hidden / 32]`: each block's scale, as f16 bits (`decider_ops::q8_scales`).
+    pub scales: Param<Tensor<B, 2, Int>>,
 }
 
 impl TokenTableConfig {
@@ -113,9 +113,9 @@ impl<B: Backend> TokenTable<B> {
     }
 }
 
-/// `values [n, hidden]` (as floats) times their blocks' `scales [n, hidden / 32]`.
-fn dequantize<B: Backend>(values: Tensor<B, 2>, scales: Tensor<B, 2>) -> Tensor<B, 2> {
+/// `values [n, hidden]` (as floats) times their blocks' `scales [n, hidden / 32]` (f16 bits).
+fn dequantize<B: Backend>(values: Tensor<B, 2>, scales: Tensor<B, 2, Int>) -> Tensor<B, 2> {
     let [rows, hidden] = values.dims();
     let blocks = hidden / Q8_BLOCK;
-    (values.reshape([rows, blocks, Q8_BLOCK]) * scales.reshape([rows, blocks, 1])).reshape([rows, hidden])
+    (values.reshape([rows, blocks, Q8_BLOCK]) * q8_scales_f32(scales).reshape([rows, blocks, 1])).reshape([rows, hidden])
 }

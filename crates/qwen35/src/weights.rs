@@ -24,7 +24,8 @@ use std::path::Path;
 
 use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
-use decider_ops::{Q8Matmul, q8_rows, q8_values};
+use decider_ops::{Q8Matmul, q8_rows, q8_scales, q8_values};
+use half::f16;
 use rayon::prelude::*;
 
 use crate::checkpoint::Checkpoint;
@@ -134,7 +135,7 @@ pub struct CheckpointFiller<'a, B: Backend> {
     /// the module that holds it.
     path: Vec<(String, String)>,
     /// The scales of the last quantized weight, by its checkpoint name, for its `scales` field.
-    pending_scales: Option<(String, Vec<f32>)>,
+    pending_scales: Option<(String, Vec<f16>)>,
     /// The checkpoint tensors read so far, in module order.
     pub tensors_read: Vec<String>,
     pub error: Option<LoadError>,
@@ -234,14 +235,16 @@ impl<'a, B: Q8Matmul> CheckpointFiller<'a, B> {
                     None => Ok(transpose_last2(&weight, batch, d_out, d_in)),
                 }
             }
-            Stored::Q8Scales => {
-                let name = self.checkpoint_name(true);
-                match self.pending_scales.take() {
-                    Some((values_of, scales)) if values_of == name => Ok(scales),
-                    _ => unreachable!("a Q8_0 module holds its values before its scales"),
-                }
-            }
-            Stored::Q8Values { .. } => unreachable!("Q8 values are ints"),
+            Stored::Q8Values { .. } | Stored::Q8Scales => unreachable!("Q8_0 blocks are ints"),
+        }
+    }
+
+    /// The scales of the Q8_0 values read just before, for the module at the current path.
+    fn q8_scales(&mut self) -> Vec<f16> {
+        let name = self.checkpoint_name(true);
+        match self.pending_scales.take() {
+            Some((values_of, scales)) if values_of == name => scales,
+            _ => unreachable!("a Q8_0 module holds its values before its scales"),
         }
     }
 
@@ -287,24 +290,29 @@ impl<B: Q8Matmul> ModuleMapper<B> for CheckpointFiller<'_, B> {
         if self.error.is_some() {
             return param;
         }
-        let Stored::Q8Values { kernel_layout } = self.stored() else { unreachable!("the only int parameters are Q8 values") };
         let shape = param.lazy_shape().dims::<D>();
-        let (batch, d_out, d_in) = stack_dims(&shape);
-        match self.q8_values([batch, d_out, d_in]) {
-            Ok(_) if self.writer.is_some() => param,
-            Ok(values) => {
-                let id = param.id;
-                let values = match kernel_layout {
-                    true => q8_values(values, shape, self.device),
-                    false => q8_rows(values, shape, self.device),
-                };
-                param.transform_for_load(values, id)
+        // A writer has written the blocks as they were read: the parameter stays unfilled.
+        let tensor = match self.stored() {
+            Stored::Q8Values { kernel_layout } => {
+                let (batch, d_out, d_in) = stack_dims(&shape);
+                match self.q8_values([batch, d_out, d_in]) {
+                    Ok(_) if self.writer.is_some() => return param,
+                    Ok(values) if kernel_layout => q8_values(values, shape, self.device),
+                    Ok(values) => q8_rows(values, shape, self.device),
+                    Err(error) => {
+                        self.error = Some(error);
+                        return param;
+                    }
+                }
             }
-            Err(error) => {
-                self.error = Some(error);
-                param
-            }
-        }
+            Stored::Q8Scales => match self.q8_scales() {
+                _ if self.writer.is_some() => return param,
+                scales => q8_scales(scales, shape, self.device),
+            },
+            _ => unreachable!("the only int parameters are Q8_0 blocks"),
+        };
+        let id = param.id;
+        param.transform_for_load(tensor, id)
     }
 }
 

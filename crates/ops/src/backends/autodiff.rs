@@ -50,11 +50,13 @@ impl<B: UnitLowerInverse, C: CheckpointStrategy> UnitLowerInverse for Autodiff<B
 }
 
 /// The generic form through autodiff's own ops: the gradient reaches `x` (straight through the
-/// activations' rounding); the weights (ints and their scales, loaded without `require_grad`)
-/// stay frozen.
+/// activations' rounding); the weights (int values and the bits of their scales) have none.
 impl<B: crate::Q8Matmul, C: CheckpointStrategy> crate::Q8Matmul for Autodiff<B, C> {
     fn q8_values_dtype() -> burn::tensor::DType {
         B::q8_values_dtype()
+    }
+    fn q8_scales_dtype() -> burn::tensor::DType {
+        B::q8_scales_dtype()
     }
     // The values stay in their order (the default `q8_layout`): the generic form reads them so,
     // whatever order the inner backend's own kernel reads.

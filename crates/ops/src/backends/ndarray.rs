@@ -4,6 +4,7 @@ use burn::backend::NdArray;
 use burn::backend::ndarray::{FloatNdArrayElement, IntNdArrayElement, NdArrayTensor, QuantElement, SharedArray};
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, Int, Shape, Tensor, TensorData, TensorMetadata, TensorPrimitive};
+use half::slice::HalfBitsSliceExt;
 
 use crate::{DenseMatmul, ExpertCount, GatedDeltaRule, UnitLowerInverse, cpu, generic};
 
@@ -63,6 +64,10 @@ where
         DType::I8
     }
 
+    fn q8_scales_dtype() -> DType {
+        DType::U16
+    }
+
     /// The kernel's order where it runs: with f32 activations (other float types take the
     /// generic form, which reads the values as they are).
     fn q8_layout(values: Vec<i8>, d_out: usize, d_in: usize) -> Vec<i8> {
@@ -72,30 +77,30 @@ where
         }
     }
 
-    fn q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: FloatTensor<Self>) -> FloatTensor<Self> {
+    fn q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>) -> FloatTensor<Self> {
         let ([n, d_in], [d_out, _]) = (x.shape().dims::<2>(), values.shape().dims::<2>());
         let out = match (&x, &values, &scales) {
-            (NdArrayTensor::F32(x), NdArrayTensor::I8(values), NdArrayTensor::F32(scales)) => {
+            (NdArrayTensor::F32(x), NdArrayTensor::I8(values), NdArrayTensor::U16(scales)) => {
                 with_slice!(x, |x| with_slice!(values, |values| with_slice!(scales, |scales| {
-                    cpu::q8_matmul(x, n, values, scales, d_out, d_in)
+                    cpu::q8_matmul(x, n, values, scales.reinterpret_cast(), d_out, d_in)
                 })))
             }
             _ => {
                 let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
                 let values = Tensor::<Self, 2, Int>::from_primitive(values);
-                let scales = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(scales));
+                let scales = Tensor::<Self, 2, Int>::from_primitive(scales);
                 return generic::q8_matmul(x, values, scales).into_primitive().tensor();
             }
         };
         float_tensor::<Self, 2>(out, [n, d_out])
     }
 
-    fn grouped_q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: FloatTensor<Self>, counts: IntTensor<Self>) -> FloatTensor<Self> {
+    fn grouped_q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>, counts: IntTensor<Self>) -> FloatTensor<Self> {
         let ([rows, _], [_, d_out, d_in]) = (x.shape().dims::<2>(), values.shape().dims::<3>());
         let out = match (&x, &values, &scales, host_counts(&counts)) {
-            (NdArrayTensor::F32(x), NdArrayTensor::I8(values), NdArrayTensor::F32(scales), Some(counts)) => {
+            (NdArrayTensor::F32(x), NdArrayTensor::I8(values), NdArrayTensor::U16(scales), Some(counts)) => {
                 with_slice!(x, |x| with_slice!(values, |values| with_slice!(scales, |scales| {
-                    cpu::grouped_q8_matmul(x, &counts, values, scales, d_out, d_in)
+                    cpu::grouped_q8_matmul(x, &counts, values, scales.reinterpret_cast(), d_out, d_in)
                 })))
             }
             _ => return generic::grouped_q8_matmul::<Self>(x, values, scales, counts),

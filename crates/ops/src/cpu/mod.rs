@@ -3,6 +3,7 @@
 //! grouped (per-expert) products in one parallel pass, the Q8_0 matmul as an integer dot where
 //! the CPU has one, and the delta rule token by token.
 
+use half::f16;
 use num_traits::Float;
 use rayon::prelude::*;
 
@@ -79,7 +80,7 @@ pub fn unit_lower_inverse<T: Float + Send + Sync>(a: &[T], n: usize) -> Vec<T> {
 /// [`q8_layout`], `scales [d_out, d_in / 32]`), the activations rounded to 8-bit blocks
 /// ([`quantize_activations_q8`]): the integer dot of [`q8_vnni`] where the CPU has it, else
 /// [`dequantized_q8_matmul`] on the rounded activations.
-pub fn q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f32], d_out: usize, d_in: usize) -> Vec<f32> {
+pub fn q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
     if q8_integer_dot() {
         return q8_vnni::matmul(x, n, values, scales, d_out, d_in);
@@ -97,7 +98,7 @@ pub fn q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f32], d_out: usiz
 /// transposed at the end. The weight is read once, at a byte a value. Panels are as large as
 /// four tasks per thread allow, up to 256 rows: each sgemm packs `x` again, so fewer, larger
 /// panels cost less (64-row panels were 20 % slower at 2B widths).
-pub fn dequantized_q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f32], d_out: usize, d_in: usize) -> Vec<f32> {
+pub fn dequantized_q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
     const BLOCK: usize = crate::Q8_BLOCK;
     let panel_rows = d_out.div_ceil(4 * rayon::current_num_threads()).next_multiple_of(16).clamp(16, 256);
     let mut transposed = vec![0f32; d_out * n];
@@ -111,6 +112,7 @@ pub fn dequantized_q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f32],
         let blocks = values[first * d_in..(first + rows) * d_in].chunks_exact(BLOCK);
         let block_scales = &scales[first * d_in / BLOCK..(first + rows) * d_in / BLOCK];
         for ((dst, block), &d) in weights.chunks_exact_mut(BLOCK).zip(blocks).zip(block_scales) {
+            let d = d.to_f32();
             for (w, &v) in dst.iter_mut().zip(block) {
                 *w = v as f32 * d;
             }
@@ -255,7 +257,7 @@ pub fn grouped_matmul(x: &[f32], counts: &[usize], weights: &[f32], d_in: usize,
 ///
 /// # Panics
 /// If the slices do not match the shapes (`counts` summing to `rows`).
-pub fn grouped_q8_matmul(x: &[f32], counts: &[usize], values: &[i8], scales: &[f32], d_out: usize, d_in: usize) -> Vec<f32> {
+pub fn grouped_q8_matmul(x: &[f32], counts: &[usize], values: &[i8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
     let rows: usize = counts.iter().sum();
     let (size, blocks) = (d_out * d_in, d_out * d_in / crate::Q8_BLOCK);
     assert!(

@@ -15,6 +15,7 @@
 
 use std::arch::x86_64::*;
 
+use half::f16;
 use rayon::prelude::*;
 
 use crate::Q8_BLOCK;
@@ -54,13 +55,13 @@ pub fn layout(values: &[i8], d_out: usize, d_in: usize) -> Vec<i8> {
 }
 
 /// `round_q8(x) [n, d_in] · Wᵀ -> [n, d_out]`: `W` as Q8_0 `values` in [`layout`] and `scales
-/// [d_out, d_in / 32]`, `x` rounded here ([`crate::quantize_activations_q8`], compiled for
+/// [d_out, d_in / 32]` (f16), `x` rounded here ([`crate::quantize_activations_q8`], compiled for
 /// AVX-512). Parallel over groups of 16 weight rows; each group's values are read once per 8
 /// tokens.
 ///
 /// # Panics
 /// If the CPU lacks the instructions ([`available`]) or the lengths do not match the shape.
-pub fn matmul(x: &[f32], n: usize, values: &[i8], scales: &[f32], d_out: usize, d_in: usize) -> Vec<f32> {
+pub fn matmul(x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
     assert!(available(), "q8_vnni::matmul needs AVX-512 VNNI");
     let blocks = d_in / Q8_BLOCK;
     assert!(
@@ -81,11 +82,11 @@ pub fn matmul(x: &[f32], n: usize, values: &[i8], scales: &[f32], d_out: usize, 
     values.par_chunks(GROUP * d_in).enumerate().for_each(|(group, weights)| {
         let rows = weights.len() / d_in;
         let first = group * GROUP;
-        // The group's scales block by block, 16 lanes each (zero past the last row).
+        // The group's scales in f32 block by block, 16 lanes each (zero past the last row).
         let mut group_scales = vec![0f32; blocks * GROUP];
         for (r, row) in scales[first * blocks..(first + rows) * blocks].chunks_exact(blocks).enumerate() {
             for (b, &d) in row.iter().enumerate() {
-                group_scales[b * GROUP + r] = d;
+                group_scales[b * GROUP + r] = d.to_f32();
             }
         }
         let group = Group { weights, rows, scales: &group_scales };
