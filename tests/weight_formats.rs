@@ -14,7 +14,7 @@
 
 use burn::module::{Module, Param, ParamId};
 use burn::tensor::{Int, Tensor, TensorData};
-use decider_ops::{Q8_BLOCK, dequantize_q8, grouped_matmul, q8_scales, q8_values, quantize_activations_q8, quantize_q8};
+use decider_ops::{Q8_BLOCK, dequantize_q8, grouped_matmul, block_scales, q8_values, quantize_activations_q8, quantize_q8};
 use integration_tests::{LAYOUTS, MODELS, fixture_copy, fixture_path, relative_check, rewrite_tensors};
 use qwen35::decoder::{FeedForward, TokenMixer};
 use qwen35::format::Q8Weight;
@@ -156,7 +156,7 @@ fn check_experts<B: Qwen35Ops>() {
         let rounded = Tensor::<B, 3>::from_data(TensorData::new(dequantize_q8(&q, &scales), [batch, d_out, d_in]), &device).swap_dims(1, 2);
         let q8 = Q8Weight {
             values: Param::initialized(ParamId::new(), q8_values(q, [batch, d_out, d_in], &device)),
-            scales: Param::initialized(ParamId::new(), q8_scales(scales, [batch, d_out, d_in / Q8_BLOCK], &device)),
+            scales: Param::initialized(ParamId::new(), block_scales(scales, [batch, d_out, d_in / Q8_BLOCK], &device)),
         };
         let counts: [i64; 8] = [3, 0, 1, 7, 0, 0, 2, 5];
         assert_eq!(batch, counts.len());

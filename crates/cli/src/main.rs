@@ -29,7 +29,7 @@ enum Command {
     Info(info::InfoArgs),
     /// Run token ids through a model as one sequence and write the logits `[T, vocab]` (f32 .npy).
     Forward(forward::ForwardArgs),
-    /// Write a model folder whose weights are stored in a block format (q8), loaded with no quantizing.
+    /// Write a model folder whose weights are stored in a block format (q8, q4), loaded with no quantizing.
     Quantize(quantize::QuantizeArgs),
     /// List the backends compiled into this build.
     Backends,

@@ -14,7 +14,7 @@ pub struct QuantizeArgs {
     /// Model folder or Hub id (owner/name) to quantize.
     #[arg(long)]
     pub model: ModelSource,
-    /// Block format to store the weights in: q8 (llama.cpp's Q8_0).
+    /// Block format to store the weights in: q8 (llama.cpp's Q8_0) or q4 (Q4_0).
     #[arg(long, value_parser = block_format)]
     pub to: WeightFormat,
     /// The folder to write: new, or empty.
@@ -25,7 +25,7 @@ pub struct QuantizeArgs {
 /// A weight format that stores blocks.
 fn block_format(name: &str) -> Result<WeightFormat, String> {
     match name.parse()? {
-        WeightFormat::F32 => Err("f32 is not a block format (quantize writes q8)".into()),
+        WeightFormat::F32 => Err("f32 is not a block format (quantize writes q8 or q4)".into()),
         format => Ok(format),
     }
 }

@@ -4,7 +4,7 @@
 
 use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::{Int, Tensor, TensorData};
-use decider_ops::{q8_rows, q8_scales, q8_values, quantize_q8};
+use decider_ops::{block_scales, q4_values, q8_rows, q8_values, quantize_q4, quantize_q8};
 use half::f16;
 use qwen35::weights::{Stored, stack_dims, stored, transpose_last2};
 use qwen35::{Qwen35Config, Qwen35Model, Qwen35Ops, WeightFormat};
@@ -42,7 +42,8 @@ pub fn demo_model<B: Qwen35Ops>(device: &B::Device) -> Qwen35Model<B> {
 
 /// A network of any config with the demo's seeded random weights: the real widths for speed and
 /// memory measurements without a checkpoint (`--model random:CONFIG`). In `q8` its projections,
-/// experts and token tables are the Q8_0 rounding of the f32 network's.
+/// experts and token tables are the Q8_0 rounding of the f32 network's; in `q4` its projections
+/// and experts are the Q4_0 rounding (and the tables Q8_0).
 pub fn random_model<B: Qwen35Ops>(config: &Qwen35Config, weights: WeightFormat, device: &B::Device) -> Qwen35Model<B> {
     config.init_with_weights::<B>(weights, device).map(&mut SeededWeights { next_stream: 0, pending_scales: None, path: Vec::new() })
 }
@@ -54,7 +55,7 @@ pub fn random_model<B: Qwen35Ops>(config: &Qwen35Config, weights: WeightFormat, 
 /// values, and the scales that follow them.
 struct SeededWeights {
     next_stream: u64,
-    /// The scales of the Q8_0 values just drawn: the next int parameter.
+    /// The scales of the block values just drawn: the next int parameter.
     pending_scales: Option<Vec<f16>>,
     /// Each field entered with the type of the module that holds it, innermost last.
     path: Vec<(String, String)>,
@@ -105,11 +106,20 @@ impl<B: Qwen35Ops> ModuleMapper<B> for SeededWeights {
                 self.pending_scales = Some(scales);
                 tensor(values, shape, &device)
             }
-            Some(Stored::Q8Scales) => {
-                let scales = self.pending_scales.take().expect("a Q8_0 module holds its values before its scales");
-                q8_scales(scales, shape, &device)
+            Some(Stored::Q4Values) => {
+                // Drawn as a projection's f32 `[in, out]`; the parameter holds two values a byte.
+                let (batch, d_out, half_in) = stack_dims(&shape.dims::<D>());
+                let d_in = 2 * half_in;
+                let weights = transpose_last2(&self.draw(batch * d_in * d_out, 1.0 / (d_in as f32).sqrt()), batch, d_in, d_out);
+                let (packed, scales) = quantize_q4(&weights, d_in);
+                self.pending_scales = Some(scales);
+                q4_values(packed, shape, &device)
             }
-            _ => unreachable!("the only int parameters are Q8_0 blocks"),
+            Some(Stored::BlockScales) => {
+                let scales = self.pending_scales.take().expect("a block module holds its values before its scales");
+                block_scales(scales, shape, &device)
+            }
+            _ => unreachable!("the only int parameters are blocks"),
         };
         let id = param.id;
         param.transform_for_load(tensor, id)

@@ -14,7 +14,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor, TensorData};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use decider_ops::{
-    DenseMatmul, ExpertCount, Q8_BLOCK, Q8Matmul, UnitLowerInverse, expert_count, generic, grouped_matmul, grouped_q8_matmul, q8_matmul, q8_scales, q8_values,
+    DenseMatmul, ExpertCount, Q8_BLOCK, Q8Matmul, UnitLowerInverse, expert_count, generic, grouped_matmul, grouped_q8_matmul, q8_matmul, block_scales, q8_values,
     quantize_q8, reference, unit_lower_inverse,
 };
 
@@ -90,7 +90,7 @@ fn bench_backend<B: ExpertCount + UnitLowerInverse + Q8Matmul + DenseMatmul>(c: 
     let weight = Tensor::<B, 2>::random([d_out, d_in], Distribution::Uniform(-0.05, 0.05), &device);
     let (values, scales) = quantize_q8(&weight.clone().into_data().to_vec::<f32>().unwrap(), d_in);
     let values = q8_values::<B, 2>(values, [d_out, d_in], &device);
-    let scales = q8_scales::<B, 2>(scales, [d_out, d_in / Q8_BLOCK], &device);
+    let scales = block_scales::<B, 2>(scales, [d_out, d_in / Q8_BLOCK], &device);
     let weight_t = weight.transpose(); // [in, out], as burn's Linear holds it
     for tokens in [64, 512] {
         let x = Tensor::<B, 2>::random([tokens, d_in], Distribution::Normal(0.0, 1.0), &device);
@@ -123,7 +123,7 @@ fn bench_backend<B: ExpertCount + UnitLowerInverse + Q8Matmul + DenseMatmul>(c: 
     let rows_of_experts: Vec<f32> = weights.clone().swap_dims(1, 2).into_data().to_vec().unwrap(); // [E, out, in]
     let (values, scales) = quantize_q8(&rows_of_experts, d_in);
     let values = q8_values::<B, 3>(values, [experts, d_out, d_in], &device);
-    let scales = q8_scales::<B, 3>(scales, [experts, d_out, d_in / Q8_BLOCK], &device);
+    let scales = block_scales::<B, 3>(scales, [experts, d_out, d_in / Q8_BLOCK], &device);
     for rows_each in [4, 16] {
         let x = Tensor::<B, 2>::random([experts * rows_each, d_in], Distribution::Normal(0.0, 1.0), &device);
         let counts = Tensor::<B, 1, Int>::from_data(TensorData::new(vec![rows_each as i64; experts], [experts]), &device);

@@ -4,7 +4,7 @@
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
 
-use crate::{DenseMatmul, Q8Matmul, UnitLowerInverse};
+use crate::{DenseMatmul, Q4Matmul, Q8Matmul, UnitLowerInverse};
 
 /// The generic count: each id compared with every expert index, summed over the ids, a chunk of
 /// ids at a time so memory stays bounded (`CHUNK x E`). Ids outside `0..E` match no index.
@@ -99,8 +99,33 @@ pub fn q8_matmul<B: Backend>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales:
         return Tensor::zeros([0, out], &x.device());
     }
     let blocks = d_in / crate::Q8_BLOCK;
-    let weight = values.float().reshape([out, blocks, crate::Q8_BLOCK]) * crate::q8_scales_f32(scales).reshape([out, blocks, 1]);
+    let weight = values.float().reshape([out, blocks, crate::Q8_BLOCK]) * crate::block_scales_f32(scales).reshape([out, blocks, 1]);
     round_activations_q8(x).matmul(weight.reshape([out, d_in]).transpose())
+}
+
+/// `round_q8(x) · Wᵀ` with the Q4_0 weight unpacked and dequantized first ([`dequantize_q4`]),
+/// then one float matmul on the rounded activations.
+pub fn q4_matmul<B: Backend>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>) -> Tensor<B, 2> {
+    let [out, _] = values.dims();
+    let [n, _] = x.dims();
+    if n == 0 {
+        // burn-ndarray 0.21's matmul divides by the row count.
+        return Tensor::zeros([0, out], &x.device());
+    }
+    round_activations_q8(x).matmul(dequantize_q4(values, scales).transpose())
+}
+
+/// The weight `[rows, in]` that Q4_0 packed `values [rows, in / 2]` (in Q4_0's order) and their
+/// `scales [rows, in / 32]` stand for, in tensor ops: each byte `b` is `16 h + l`, value `j` of
+/// its block `l` and value `j + 16` `h`, each standing for `(q - 8) · d`. Exact in f32.
+pub fn dequantize_q4<B: Backend>(values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>) -> Tensor<B, 2> {
+    let [rows, half_in] = values.dims();
+    let blocks = 2 * half_in / crate::Q4_BLOCK;
+    let bytes = values.float().reshape([rows, blocks, crate::Q4_BLOCK / 2]);
+    let high = bytes.clone().div_scalar(16.0).floor();
+    let low = bytes - high.clone() * 16.0;
+    let q = Tensor::cat(vec![low, high], 2) - 8.0;
+    (q * crate::block_scales_f32(scales).reshape([rows, blocks, 1])).reshape([rows, 2 * half_in])
 }
 
 /// `x [n, in]` rounded to 8-bit blocks of 32 and back, as [`crate::quantize_activations_q8`]
@@ -152,6 +177,21 @@ pub fn grouped_q8_matmul<B: Q8Matmul>(x: FloatTensor<B>, values: IntTensor<B>, s
         let values = values.clone().narrow(0, expert, 1).reshape([d_out, d_in]);
         let scales = scales.clone().narrow(0, expert, 1).reshape([d_out, d_in / crate::Q8_BLOCK]);
         crate::q8_matmul(x, values, scales)
+    })
+    .into_primitive()
+    .tensor()
+}
+
+/// [`crate::grouped_q4_matmul`] as a [`Q4Matmul::q4_matmul`] per expert with rows.
+pub fn grouped_q4_matmul<B: Q4Matmul>(x: FloatTensor<B>, values: IntTensor<B>, scales: IntTensor<B>, counts: IntTensor<B>) -> FloatTensor<B> {
+    let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(x));
+    let values = Tensor::<B, 3, Int>::from_primitive(values);
+    let scales = Tensor::<B, 3, Int>::from_primitive(scales);
+    let [_, d_out, half_in] = values.dims();
+    per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| {
+        let values = values.clone().narrow(0, expert, 1).reshape([d_out, half_in]);
+        let scales = scales.clone().narrow(0, expert, 1).reshape([d_out, 2 * half_in / crate::Q4_BLOCK]);
+        crate::q4_matmul(x, values, scales)
     })
     .into_primitive()
     .tensor()

@@ -33,7 +33,7 @@ pub trait Q8Matmul: Backend {
 
     /// The int dtype the scales' f16 bits are held in: the backend's own int dtype, unless the
     /// backend names a smaller one it stores and computes correctly (ndarray: u16).
-    fn q8_scales_dtype() -> DType {
+    fn block_scales_dtype() -> DType {
         <Self::IntElem as Element>::dtype()
     }
 
@@ -113,26 +113,29 @@ pub fn q8_rows<B: Q8Matmul, const D: usize>(values: Vec<i8>, shape: impl Into<Sh
 }
 
 /// Q8_0 scales `[..., rows, cols / 32]` as a tensor of the backend's
-/// [`Q8Matmul::q8_scales_dtype`] holding their f16 bits.
-pub fn q8_scales<B: Q8Matmul, const D: usize>(scales: Vec<f16>, shape: impl Into<Shape>, device: &B::Device) -> Tensor<B, D, Int> {
+/// [`Q8Matmul::block_scales_dtype`] holding their f16 bits.
+pub fn block_scales<B: Q8Matmul, const D: usize>(scales: Vec<f16>, shape: impl Into<Shape>, device: &B::Device) -> Tensor<B, D, Int> {
     // Collected in place: the same size and alignment.
     let bits: Vec<u16> = scales.into_iter().map(f16::to_bits).collect();
-    Tensor::from_data(TensorData::new(bits, shape), (device, B::q8_scales_dtype()))
+    Tensor::from_data(TensorData::new(bits, shape), (device, B::block_scales_dtype()))
 }
 
-/// The f32 values of non-negative, finite f16 bits (Q8_0 scales: [`q8_scales`]), in tensor ops
-/// on any backend: an f16 of exponent field `e` and mantissa field `m` is `(1024 + m) ·
-/// 2^(e - 25)`, or `m · 2^-24` when `e` is 0, and both are `(bits - (max(e, 1) - 1) · 1024) ·
-/// 2^(max(e, 1) - 25)`. Every step is exact in f32, the powers of two read from a table.
-pub fn q8_scales_f32<B: Backend, const D: usize>(bits: Tensor<B, D, Int>) -> Tensor<B, D> {
+/// The f32 values of finite f16 bits (block scales: [`block_scales`]), in tensor ops on any
+/// backend. Bits `b` are a sign `s = b / 32768` and a magnitude `b - 32768 s` of exponent field
+/// `e` and mantissa field `m`: `(1024 + m) · 2^(e - 25)`, or `m · 2^-24` when `e` is 0, both
+/// `(magnitude - (max(e, 1) - 1) · 1024) · 2^(max(e, 1) - 25)`. Every step is exact in f32, the
+/// powers of two read from a table.
+pub fn block_scales_f32<B: Backend, const D: usize>(bits: Tensor<B, D, Int>) -> Tensor<B, D> {
     let shape = bits.shape();
     let bits = bits.float();
-    let exponent = bits.clone().div_scalar(1024.0).floor().clamp_min(1.0);
-    let mantissa = bits - (exponent.clone() - 1.0) * 1024.0;
+    let sign = bits.clone().div_scalar(32768.0).floor();
+    let magnitude = bits - sign.clone() * 32768.0;
+    let exponent = magnitude.clone().div_scalar(1024.0).floor().clamp_min(1.0);
+    let mantissa = magnitude - (exponent.clone() - 1.0) * 1024.0;
     let powers: Vec<f32> = (0..32).map(|e: i32| 2f32.powi(e.max(1) - 25)).collect();
     let powers = Tensor::<B, 1>::from_floats(powers.as_slice(), &mantissa.device());
     let power = powers.select(0, exponent.int().reshape([shape.num_elements()])).reshape(shape);
-    mantissa * power
+    mantissa * power * (sign * -2.0 + 1.0)
 }
 
 /// Quantizes row-major `[rows, cols]` values (`cols` a multiple of [`Q8_BLOCK`]) to Q8_0:

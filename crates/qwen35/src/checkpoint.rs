@@ -1,6 +1,6 @@
 //! A safetensors checkpoint on disk: one file or shards listed by `model.safetensors.index.json`,
-//! memory-mapped, read one tensor at a time as f32 or straight into Q8_0 blocks (converted in
-//! parallel).
+//! memory-mapped, read one tensor at a time as f32 or straight into Q8_0 or Q4_0 blocks
+//! (converted in parallel).
 //!
 //! Nothing is copied into RAM until a tensor is read, and then only that tensor: a checkpoint
 //! larger than memory can be opened, and loading holds the model plus one tensor in flight.
@@ -16,7 +16,7 @@ use safetensors::tensor::{Dtype, TensorInfo};
 use safetensors::SafeTensors;
 use serde::Deserialize;
 
-use decider_ops::{Q8_BLOCK, dequantize_q8, quantize_q8_block};
+use decider_ops::{Q4_BLOCK, Q8_BLOCK, dequantize_q4, dequantize_q8, quantize_q4_block, quantize_q8_block};
 
 use crate::error::LoadError;
 use crate::format::WeightFormat;
@@ -159,9 +159,16 @@ impl Checkpoint {
     /// F16 are accepted, mixed freely across tensors).
     /// A weight stored as the blocks of a quantized folder is dequantized.
     pub fn read_f32(&self, name: &str, expected: &[usize]) -> Result<Vec<f32>, LoadError> {
-        if self.in_blocks(name)? {
-            let (values, scales) = self.read_blocks(name, expected)?;
-            return Ok(dequantize_q8(&values, &scales));
+        match self.stored_blocks(name)? {
+            Some(WeightFormat::Q8) => {
+                let (values, scales) = self.read_q8_blocks(name, expected)?;
+                return Ok(dequantize_q8(&values, &scales));
+            }
+            Some(WeightFormat::Q4) => {
+                let (packed, scales) = self.read_q4_blocks(name, expected)?;
+                return Ok(dequantize_q4(&packed, &scales));
+            }
+            Some(WeightFormat::F32) | None => {}
         }
         let tensor = self.float_bytes(name, expected)?;
         let mut values = vec![0.0f32; tensor.len()];
@@ -182,24 +189,46 @@ impl Checkpoint {
     /// values, converted a block at a time, with no f32 copy of the tensor. A weight stored as the
     /// blocks of a quantized folder is read as it is.
     pub fn read_q8(&self, name: &str, expected: &[usize]) -> Result<(Vec<i8>, Vec<f16>), LoadError> {
-        if self.in_blocks(name)? {
-            return self.read_blocks(name, expected);
+        match self.blocks_in(name, WeightFormat::Q8)? {
+            true => self.read_q8_blocks(name, expected),
+            false => self.quantize(name, expected, Q8_BLOCK, quantize_q8_block),
         }
+    }
+
+    /// [`Checkpoint::read_q8`] into Q4_0 blocks (`decider_ops::quantize_q4`): `(packed bytes,
+    /// scales)`.
+    pub fn read_q4(&self, name: &str, expected: &[usize]) -> Result<(Vec<u8>, Vec<f16>), LoadError> {
+        match self.blocks_in(name, WeightFormat::Q4)? {
+            true => self.read_q4_blocks(name, expected),
+            false => self.quantize(name, expected, Q4_BLOCK / 2, quantize_q4_block),
+        }
+    }
+
+    /// Float tensor `name` quantized a block of 32 values at a time by `quantize_block`, which
+    /// writes `per_block` elements and returns the block's scale.
+    fn quantize<T: Copy + Default + Send>(
+        &self,
+        name: &str,
+        expected: &[usize],
+        per_block: usize,
+        quantize_block: fn(&[f32], &mut [T]) -> f16,
+    ) -> Result<(Vec<T>, Vec<f16>), LoadError> {
+        const BLOCK: usize = Q8_BLOCK;
         scales_shape(name, expected)?;
         let tensor = self.float_bytes(name, expected)?;
-        let mut values = vec![0i8; tensor.len()];
-        let mut scales = vec![f16::ZERO; tensor.len() / Q8_BLOCK];
+        let mut values = vec![T::default(); tensor.len() / BLOCK * per_block];
+        let mut scales = vec![f16::ZERO; tensor.len() / BLOCK];
         let non_finite = values
-            .par_chunks_mut(CHUNK)
-            .zip(scales.par_chunks_mut(CHUNK / Q8_BLOCK))
+            .par_chunks_mut(CHUNK / BLOCK * per_block)
+            .zip(scales.par_chunks_mut(CHUNK / BLOCK))
             .zip(tensor.bytes.par_chunks(CHUNK * tensor.width))
             .map(|((values, scales), bytes)| {
-                let mut block = [0.0f32; Q8_BLOCK];
+                let mut block = [0.0f32; BLOCK];
                 let mut non_finite = NonFinite::default();
-                for (i, ((values, scale), bytes)) in values.chunks_mut(Q8_BLOCK).zip(scales).zip(bytes.chunks(Q8_BLOCK * tensor.width)).enumerate() {
+                for (i, ((values, scale), bytes)) in values.chunks_mut(per_block).zip(scales).zip(bytes.chunks(BLOCK * tensor.width)).enumerate() {
                     tensor.convert(bytes, &mut block);
-                    non_finite.add(NonFinite::of(&block), i * Q8_BLOCK);
-                    *scale = quantize_q8_block(&block, values);
+                    non_finite.add(NonFinite::of(&block), i * BLOCK);
+                    *scale = quantize_block(&block, values);
                 }
                 non_finite
             })
@@ -209,18 +238,13 @@ impl Checkpoint {
     }
 
     /// The Q8_0 blocks of weight `name` (of `expected` shape) as a quantized folder holds them,
-    /// checked: `{name}.q8_values` I8 of the weight's shape in `-127..=127`, `{name}.q8_scales`
-    /// F16 with a finite, non-negative scale per block of 32 along the last dimension.
-    fn read_blocks(&self, name: &str, expected: &[usize]) -> Result<(Vec<i8>, Vec<f16>), LoadError> {
-        let (values_name, scales_name) = (block_part(name, Q8_VALUES), block_part(name, Q8_SCALES));
-        let blocks_error = |tensor: &str, reason: String| LoadError::Blocks { name: tensor.to_owned(), reason };
+    /// checked: `{name}.q8_values` I8 of the weight's shape in `-127..=127`, and its scales
+    /// ([`Checkpoint::read_scales`]).
+    fn read_q8_blocks(&self, name: &str, expected: &[usize]) -> Result<(Vec<i8>, Vec<f16>), LoadError> {
+        let values_name = block_part(name, Q8_VALUES);
         let values = self.tensor_bytes(&values_name, expected)?;
-        let scales = self.tensor_bytes(&scales_name, &scales_shape(&values_name, expected)?)?;
-        for (tensor, dtype) in [(&values, Dtype::I8), (&scales, Dtype::F16)] {
-            if tensor.dtype != dtype {
-                return Err(blocks_error(tensor.name, format!("holds {:?} values, not {dtype:?}", tensor.dtype)));
-            }
-        }
+        check_dtype(&values, Dtype::I8)?;
+        let scales = self.read_scales(name, Q8_SCALES, expected, false)?;
         // Copied a chunk per task, each checked as it is copied; the first bad index is kept.
         let mut q8 = vec![0i8; values.bytes.len()];
         let bad_value = q8.par_chunks_mut(CHUNK).zip(values.bytes.par_chunks(CHUNK)).enumerate().filter_map(|(i, (out, bytes))| {
@@ -230,31 +254,74 @@ impl Checkpoint {
             out.iter().position(|&v| v == i8::MIN).map(|at| i * CHUNK + at)
         });
         let bad_value = bad_value.min();
+        values.release();
+        if let Some(i) = bad_value {
+            return Err(LoadError::Blocks { name: values_name, reason: format!("value -128 at flat index {i} (Q8_0 values are -127..=127)") });
+        }
+        Ok((q8, scales))
+    }
+
+    /// The Q4_0 blocks of weight `name` (of `expected` shape) as a quantized folder holds them,
+    /// checked: `{name}.q4_values` U8 of the weight's shape with half the last dimension (every
+    /// byte is two valid values), and its scales ([`Checkpoint::read_scales`]).
+    fn read_q4_blocks(&self, name: &str, expected: &[usize]) -> Result<(Vec<u8>, Vec<f16>), LoadError> {
+        let values_name = block_part(name, Q4_VALUES);
+        let packed_shape = packed_shape(&values_name, expected)?;
+        let values = self.tensor_bytes(&values_name, &packed_shape)?;
+        check_dtype(&values, Dtype::U8)?;
+        let scales = self.read_scales(name, Q4_SCALES, expected, true)?;
+        let mut packed = vec![0u8; values.bytes.len()];
+        packed.par_chunks_mut(CHUNK).zip(values.bytes.par_chunks(CHUNK)).for_each(|(out, bytes)| out.copy_from_slice(bytes));
+        values.release();
+        Ok((packed, scales))
+    }
+
+    /// The scales `{name}.{part}` of weight `name`'s blocks, checked: F16 with a finite scale per
+    /// block of 32 along the weight's last dimension, not negative unless `signed` (Q8_0's `d` is
+    /// `max |w| / 127`; Q4_0's is negative where the block's largest magnitude is positive).
+    fn read_scales(&self, name: &str, part: &str, expected: &[usize], signed: bool) -> Result<Vec<f16>, LoadError> {
+        let scales_name = block_part(name, part);
+        let scales = self.tensor_bytes(&scales_name, &scales_shape(name, expected)?)?;
+        check_dtype(&scales, Dtype::F16)?;
         let mut d = vec![f16::ZERO; scales.bytes.len() / 2];
         let bad_scale = d.par_chunks_mut(CHUNK).zip(scales.bytes.par_chunks(CHUNK * 2)).enumerate().filter_map(|(i, (out, bytes))| {
             for (scale, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
                 *scale = f16::from_le_bytes([b[0], b[1]]);
             }
-            out.iter().position(|s| !(s.is_finite() && !s.is_sign_negative())).map(|at| i * CHUNK + at)
+            out.iter().position(|s| !(s.is_finite() && (signed || !s.is_sign_negative()))).map(|at| i * CHUNK + at)
         });
         let bad_scale = bad_scale.min();
-        values.release();
         scales.release();
-        if let Some(i) = bad_value {
-            return Err(blocks_error(&values_name, format!("value -128 at flat index {i} (Q8_0 values are -127..=127)")));
+        let rule = if signed { "finite" } else { "finite and not negative" };
+        match bad_scale {
+            Some(i) => Err(LoadError::Blocks { name: scales_name, reason: format!("scale {} at flat index {i} (scales are {rule})", d[i]) }),
+            None => Ok(d),
         }
-        if let Some(i) = bad_scale {
-            return Err(blocks_error(&scales_name, format!("scale {} at flat index {i} (scales are finite and not negative)", d[i])));
-        }
-        Ok((q8, d))
     }
 
-    /// Whether weight `name` is stored as the blocks of a quantized folder (refused when it is
-    /// stored both so and as it is: the two could differ).
-    fn in_blocks(&self, name: &str) -> Result<bool, LoadError> {
-        match (self.contains(name), self.contains(&block_part(name, Q8_VALUES))) {
-            (true, true) => Err(LoadError::Blocks { name: name.to_owned(), reason: format!("stored both as it is and as `{name}.{Q8_VALUES}`") }),
-            (_, blocks) => Ok(blocks),
+    /// The block format weight `name` is stored in by a quantized folder, if any (refused when it
+    /// is stored both so and as it is, or in two formats: they could differ).
+    fn stored_blocks(&self, name: &str) -> Result<Option<WeightFormat>, LoadError> {
+        let formats: Vec<(WeightFormat, String)> =
+            [(WeightFormat::Q8, Q8_VALUES), (WeightFormat::Q4, Q4_VALUES)].into_iter().map(|(format, part)| (format, block_part(name, part))).filter(|(_, values)| self.contains(values)).collect();
+        match (self.contains(name), formats.as_slice()) {
+            (_, []) => Ok(None),
+            (false, [(format, _)]) => Ok(Some(*format)),
+            (true, [(_, values), ..]) => Err(LoadError::Blocks { name: name.to_owned(), reason: format!("stored both as it is and as `{values}`") }),
+            (false, [(_, first), (_, second), ..]) => Err(LoadError::Blocks { name: name.to_owned(), reason: format!("stored both as `{first}` and as `{second}`") }),
+        }
+    }
+
+    /// Whether weight `name` is stored as blocks of `format`; blocks of another format are an
+    /// error (requantizing them would round twice).
+    fn blocks_in(&self, name: &str, format: WeightFormat) -> Result<bool, LoadError> {
+        match self.stored_blocks(name)? {
+            None => Ok(false),
+            Some(stored) if stored == format => Ok(true),
+            Some(stored) => Err(LoadError::Blocks {
+                name: name.to_owned(),
+                reason: format!("stored in {stored} blocks, asked for {format}: load the folder with `--weights {stored}` (or `auto`), or quantize the original to {format}"),
+            }),
         }
     }
 
@@ -279,6 +346,7 @@ impl Checkpoint {
         let (shard, info) = self.tensors.get(name).ok_or_else(|| match self.derived(name).min() {
             // Scales without their values: the values are what is missing.
             Some(other) if *other == block_part(name, Q8_SCALES) => LoadError::MissingTensor { name: block_part(name, Q8_VALUES) },
+            Some(other) if *other == block_part(name, Q4_SCALES) => LoadError::MissingTensor { name: block_part(name, Q4_VALUES) },
             Some(other) => LoadError::Blocks { name: other.clone(), reason: format!("`{name}` is stored in a form this build does not read") },
             None => LoadError::MissingTensor { name: name.to_owned() },
         })?;
@@ -301,12 +369,18 @@ impl Checkpoint {
 pub const Q8_VALUES: &str = "q8_values";
 /// ... and its scales: `{weight}.q8_scales`, F16, one per block of 32 along the last dimension.
 pub const Q8_SCALES: &str = "q8_scales";
+/// A weight's Q4_0 packed values: `{weight}.q4_values`, U8 of the weight's shape with half the
+/// last dimension, in Q4_0's order (`decider_ops::quantize_q4`).
+pub const Q4_VALUES: &str = "q4_values";
+/// ... and its scales: `{weight}.q4_scales`, as Q8_0's.
+pub const Q4_SCALES: &str = "q4_scales";
 /// The safetensors metadata key under which a quantized folder's shards name their format.
 pub const FORMAT_KEY: &str = "decider.weights";
 
-/// The shape of the scales of Q8_0 blocks of weight `name` of `shape`: a scale per 32 values
-/// along the last dimension, which must be whole blocks.
+/// The shape of the scales of weight `name` of `shape` in blocks (Q8_0 or Q4_0, both of 32 values):
+/// a scale per block along the last dimension, which must be whole blocks.
 pub fn scales_shape(name: &str, shape: &[usize]) -> Result<Vec<usize>, LoadError> {
+    const _: () = assert!(Q4_BLOCK == Q8_BLOCK, "one scales rule for both block formats");
     let mut scales = shape.to_vec();
     match scales.last_mut() {
         Some(cols) if *cols % Q8_BLOCK == 0 => {
@@ -314,6 +388,25 @@ pub fn scales_shape(name: &str, shape: &[usize]) -> Result<Vec<usize>, LoadError
             Ok(scales)
         }
         _ => Err(LoadError::Blocks { name: name.to_owned(), reason: format!("{shape:?} are not rows of whole blocks of {Q8_BLOCK}") }),
+    }
+}
+
+/// The shape of the Q4_0 packed values of weight `name` of `shape`: half the last dimension,
+/// which must be whole blocks.
+pub fn packed_shape(name: &str, shape: &[usize]) -> Result<Vec<usize>, LoadError> {
+    scales_shape(name, shape)?;
+    let mut packed = shape.to_vec();
+    if let Some(cols) = packed.last_mut() {
+        *cols /= 2;
+    }
+    Ok(packed)
+}
+
+/// Refuses a tensor of another dtype than `dtype`.
+fn check_dtype(tensor: &TensorBytes, dtype: Dtype) -> Result<(), LoadError> {
+    match tensor.dtype == dtype {
+        true => Ok(()),
+        false => Err(LoadError::Blocks { name: tensor.name.to_owned(), reason: format!("holds {:?} values, not {dtype:?}", tensor.dtype) }),
     }
 }
 

@@ -1,9 +1,10 @@
-//! Weight formats chosen at load, and the module that holds weights in 8-bit blocks.
+//! Weight formats chosen at load, and the modules that hold weights in 8-bit and 4-bit blocks.
 //!
 //! Which parameters a format applies to: the large projections (DeltaNet `in_proj_qkv`,
 //! `in_proj_z`, `out_proj`; attention `q/k/v/o_proj`; the MLP and shared expert; the routed
 //! experts) and the token tables (the embeddings and an untied output head, see
-//! [`crate::token_table`]): all but a fraction of a percent of the weights. Everything else
+//! [`crate::token_table`]; 8-bit in `q4` too: a table's rows are the label logits themselves):
+//! all but a fraction of a percent of the weights. Everything else
 //! stays f32 whatever the format: the norms, the router and shared-expert gates, the DeltaNet
 //! gates `in_proj_a`/`in_proj_b` (their outputs set the decay and the write strength of the
 //! recurrent state), `A_log`, `dt_bias` and the conv kernel. A weight whose input width (a
@@ -15,7 +16,7 @@ use std::str::FromStr;
 
 use burn::module::{Module, Param, ParamId};
 use burn::tensor::{Int, Tensor, backend::Backend};
-use decider_ops::{Q8_BLOCK, Q8Matmul, grouped_q8_matmul, q8_matmul};
+use decider_ops::{Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, grouped_q4_matmul, grouped_q8_matmul, q4_matmul, q8_matmul};
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::Checkpoint;
@@ -28,19 +29,24 @@ pub enum WeightFormat {
     /// 32-bit floats: exact, 4 bytes a weight.
     #[default]
     F32,
-    /// llama.cpp's Q8_0: 8-bit values in blocks of 32 input values with one scale each,
-    /// 1.125 bytes a weight (see [`decider_ops::quantize_q8`]).
+    /// llama.cpp's Q8_0: 8-bit values in blocks of 32 input values with one f16 scale each,
+    /// 1.0625 bytes a weight (see [`decider_ops::quantize_q8`]).
     Q8,
+    /// llama.cpp's Q4_0: 4-bit values in blocks of 32 input values with one f16 scale each,
+    /// 0.5625 bytes a weight, the scale chosen for the least error (see
+    /// [`decider_ops::quantize_q4`]).
+    Q4,
 }
 
 impl WeightFormat {
     /// Every format, by its command-line name.
-    pub const ALL: [(&'static str, WeightFormat); 2] = [("f32", WeightFormat::F32), ("q8", WeightFormat::Q8)];
+    pub const ALL: [(&'static str, WeightFormat); 3] = [("f32", WeightFormat::F32), ("q8", WeightFormat::Q8), ("q4", WeightFormat::Q4)];
 
     /// The format a weight with `d_input` input values gets: block formats need whole blocks.
     pub fn for_input_width(self, d_input: usize) -> WeightFormat {
         match self {
             WeightFormat::Q8 if d_input % Q8_BLOCK != 0 => WeightFormat::F32,
+            WeightFormat::Q4 if d_input % Q4_BLOCK != 0 => WeightFormat::F32,
             format => format,
         }
     }
@@ -123,7 +129,7 @@ impl FromStr for WeightChoice {
 pub struct Q8Weight<B: Backend, const D: usize> {
     /// `[..., out, in]` values in `-127..=127`.
     pub values: Param<Tensor<B, D, Int>>,
-    /// `[..., out, in / 32]`: each block's scale, as f16 bits (`decider_ops::q8_scales`).
+    /// `[..., out, in / 32]`: each block's scale, as f16 bits (`decider_ops::block_scales`).
     pub scales: Param<Tensor<B, D, Int>>,
 }
 
@@ -141,9 +147,12 @@ impl<B: Backend, const D: usize> Q8Weight<B, D> {
 pub(crate) fn lazy_q8_params<B: Backend, const D: usize>(values_shape: [usize; D], device: &B::Device) -> (Param<Tensor<B, D, Int>>, Param<Tensor<B, D, Int>>) {
     let mut scales_shape = values_shape;
     scales_shape[D - 1] /= Q8_BLOCK;
-    let values = Param::uninitialized(ParamId::new(), move |device, _| Tensor::zeros(values_shape, device), device.clone(), false, values_shape.into());
-    let scales = Param::uninitialized(ParamId::new(), move |device, _| Tensor::zeros(scales_shape, device), device.clone(), false, scales_shape.into());
-    (values, scales)
+    (lazy_int_param(values_shape, device), lazy_int_param(scales_shape, device))
+}
+
+/// A lazy zero int parameter (nothing is allocated until it is read).
+fn lazy_int_param<B: Backend, const D: usize>(shape: [usize; D], device: &B::Device) -> Param<Tensor<B, D, Int>> {
+    Param::uninitialized(ParamId::new(), move |device, _| Tensor::zeros(shape, device), device.clone(), false, shape.into())
 }
 
 impl<B: Q8Matmul> Q8Weight<B, 2> {
@@ -161,17 +170,65 @@ impl<B: Q8Matmul> Q8Weight<B, 3> {
     }
 }
 
+/// Weights `[out, in]` in Q4_0 blocks, as [`Q8Weight`]: one projection's (`D = 2`) or the
+/// experts' stack (`D = 3`), two values a byte.
+#[derive(Module, Debug)]
+pub struct Q4Weight<B: Backend, const D: usize> {
+    /// `[..., out, in / 2]` packed bytes (`decider_ops::q4_values`).
+    pub values: Param<Tensor<B, D, Int>>,
+    /// `[..., out, in / 32]`: each block's scale, as f16 bits (`decider_ops::block_scales`).
+    pub scales: Param<Tensor<B, D, Int>>,
+}
+
+impl<B: Backend, const D: usize> Q4Weight<B, D> {
+    /// Lazy zero weights of shape `[..., out, in]`, to be filled from a checkpoint.
+    pub fn init(weight_shape: [usize; D], device: &B::Device) -> Self {
+        let mut values_shape = weight_shape;
+        values_shape[D - 1] /= 2;
+        let mut scales_shape = weight_shape;
+        scales_shape[D - 1] /= Q4_BLOCK;
+        Q4Weight { values: lazy_int_param(values_shape, device), scales: lazy_int_param(scales_shape, device) }
+    }
+
+    /// The weight's shape `[..., out, in]`.
+    pub fn weight_dims(&self) -> [usize; D] {
+        let mut dims = self.values.lazy_shape().dims::<D>();
+        dims[D - 1] *= 2;
+        dims
+    }
+}
+
+impl<B: Q4Matmul> Q4Weight<B, 2> {
+    /// `x [n, in] · Wᵀ -> [n, out]`.
+    pub fn matmul(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        q4_matmul(x, self.values.val(), self.scales.val())
+    }
+}
+
+impl<B: Q4Matmul> Q4Weight<B, 3> {
+    /// As [`Q8Weight::grouped_matmul`].
+    pub fn grouped_matmul(&self, x: Tensor<B, 2>, counts: Tensor<B, 1, Int>) -> Tensor<B, 2> {
+        grouped_q4_matmul(x, self.values.val(), self.scales.val(), counts)
+    }
+}
+
+/// What the block formats compute with: each backend's Q8_0 and Q4_0 matmuls (and the layouts
+/// a loader puts their weights in).
+pub trait BlockOps: Q8Matmul + Q4Matmul {}
+
+impl<B: Q8Matmul + Q4Matmul> BlockOps for B {}
+
 #[cfg(test)]
 mod tests {
     use super::{WeightChoice, WeightFormat};
 
     #[test]
     fn choices_parse_and_print_by_their_names() {
-        for (name, choice) in [("auto", WeightChoice::Auto), ("f32", WeightChoice::Exactly(WeightFormat::F32)), ("q8", WeightChoice::Exactly(WeightFormat::Q8))] {
+        for (name, choice) in [("auto", WeightChoice::Auto), ("f32", WeightChoice::Exactly(WeightFormat::F32)), ("q8", WeightChoice::Exactly(WeightFormat::Q8)), ("q4", WeightChoice::Exactly(WeightFormat::Q4))] {
             assert_eq!(name.parse::<WeightChoice>(), Ok(choice));
             assert_eq!(choice.to_string(), name);
         }
-        assert_eq!("q3".parse::<WeightChoice>(), Err("unknown weight format `q3` (expected one of: auto, f32, q8)".to_owned()));
+        assert_eq!("q3".parse::<WeightChoice>(), Err("unknown weight format `q3` (expected one of: auto, f32, q8, q4)".to_owned()));
         assert_eq!(WeightChoice::Auto.without_folder(), WeightFormat::F32);
     }
 }

@@ -11,9 +11,9 @@
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Int, Tensor, backend::Backend};
-use decider_ops::Q8Matmul;
 
 use crate::decoder::{DecoderLayer, FeedForward, TokenMixer};
+use crate::format::BlockOps;
 use crate::delta_rule::CHUNK_SIZE;
 use crate::model::{PrefillBlocks, Qwen35Model};
 use crate::weights::{Stored, stored};
@@ -58,14 +58,14 @@ impl<B: Backend> Qwen35Model<B> {
     }
 }
 
-impl<B: Q8Matmul> Qwen35Model<B> {
+impl<B: BlockOps> Qwen35Model<B> {
     /// The bytes of this model's parameters, from their shapes and the backend's dtypes, without
     /// reading them: of a lazily built model too (`Qwen35Config::init_with_weights`), so that the
     /// weights of a model larger than this machine can be sized in any format.
     pub fn weight_bytes(&self) -> usize {
         /// The bytes so far, and the path's entered fields and their owners.
         struct Bytes(usize, Vec<(String, String)>);
-        impl<B: Q8Matmul> ModuleVisitor<B> for Bytes {
+        impl<B: BlockOps> ModuleVisitor<B> for Bytes {
             fn enter_module(&mut self, name: &str, container_type: &str) {
                 self.1.push((name.to_owned(), container_type.to_owned()));
             }
@@ -76,10 +76,12 @@ impl<B: Q8Matmul> Qwen35Model<B> {
                 self.0 += param.lazy_shape().num_elements() * size_of::<B::FloatElem>();
             }
             fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<B, D, Int>>) {
-                // The only int parameters are Q8_0 blocks.
+                // The only int parameters are blocks.
                 let dtype = match self.1.last().map(|(field, owner)| stored(owner, field)) {
-                    Some(Stored::Q8Scales) => B::q8_scales_dtype(),
-                    _ => B::q8_values_dtype(),
+                    Some(Stored::Q8Values { .. }) => B::q8_values_dtype(),
+                    Some(Stored::Q4Values) => B::q4_values_dtype(),
+                    Some(Stored::BlockScales) => B::block_scales_dtype(),
+                    other => unreachable!("an int parameter held as {other:?}"),
                 };
                 self.0 += param.lazy_shape().num_elements() * dtype.size();
             }

@@ -10,7 +10,7 @@ use decider_ops::{ExpertCount, expert_count, grouped_matmul};
 
 use crate::projection::ProjectionOps;
 
-use crate::format::{Q8Weight, WeightFormat};
+use crate::format::{Q4Weight, Q8Weight, WeightFormat};
 use crate::mlp::{Mlp, MlpConfig};
 
 #[derive(Config, Debug)]
@@ -30,6 +30,7 @@ pub struct SparseMoeConfig {
 pub enum Experts<B: Backend> {
     Float(FloatExperts<B>),
     Q8(Q8Experts<B>),
+    Q4(Q4Experts<B>),
 }
 
 /// The experts in Q8_0 blocks, in the checkpoint's orientation.
@@ -39,6 +40,15 @@ pub struct Q8Experts<B: Backend> {
     pub gate_up_proj: Q8Weight<B, 3>,
     /// `[E, hidden, I]`.
     pub down_proj: Q8Weight<B, 3>,
+}
+
+/// The experts in Q4_0 blocks, as [`Q8Experts`].
+#[derive(Module, Debug)]
+pub struct Q4Experts<B: Backend> {
+    /// `[E, 2I, hidden]`: rows `0..I` the gate projection, `I..2I` the up projection.
+    pub gate_up_proj: Q4Weight<B, 3>,
+    /// `[E, hidden, I]`.
+    pub down_proj: Q4Weight<B, 3>,
 }
 
 /// The experts in f32, each weight `[in, out]`.
@@ -78,6 +88,10 @@ impl SparseMoeConfig {
                 WeightFormat::Q8 => Experts::Q8(Q8Experts {
                     gate_up_proj: Q8Weight::init([e, 2 * i, h], device),
                     down_proj: Q8Weight::init([e, h, i], device),
+                }),
+                WeightFormat::Q4 => Experts::Q4(Q4Experts {
+                    gate_up_proj: Q4Weight::init([e, 2 * i, h], device),
+                    down_proj: Q4Weight::init([e, h, i], device),
                 }),
             },
             shared_expert: MlpConfig::new(h, self.shared_expert_intermediate_size).with_weights(self.weights).init(device),
@@ -144,6 +158,10 @@ impl<B: Backend> Experts<B> {
                 let [e, _, i] = experts.down_proj.values.lazy_shape().dims::<3>();
                 (e, i)
             }
+            Experts::Q4(experts) => {
+                let [e, _, i] = experts.down_proj.weight_dims();
+                (e, i)
+            }
         }
     }
 
@@ -156,6 +174,7 @@ impl<B: ProjectionOps> Experts<B> {
         match self {
             Experts::Float(experts) => grouped_matmul(x, experts.gate_up_proj.val(), counts),
             Experts::Q8(experts) => experts.gate_up_proj.grouped_matmul(x, counts),
+            Experts::Q4(experts) => experts.gate_up_proj.grouped_matmul(x, counts),
         }
     }
 
@@ -164,6 +183,7 @@ impl<B: ProjectionOps> Experts<B> {
         match self {
             Experts::Float(experts) => grouped_matmul(h, experts.down_proj.val(), counts),
             Experts::Q8(experts) => experts.down_proj.grouped_matmul(h, counts),
+            Experts::Q4(experts) => experts.down_proj.grouped_matmul(h, counts),
         }
     }
 }

@@ -4,9 +4,9 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Tensor, backend::Backend};
-use decider_ops::{DenseMatmul, Q8Matmul, dense_matmul};
+use decider_ops::{DenseMatmul, dense_matmul};
 
-use crate::format::{Q8Weight, WeightFormat};
+use crate::format::{BlockOps, Q4Weight, Q8Weight, WeightFormat};
 
 #[derive(Config, Debug)]
 pub struct ProjectionConfig {
@@ -16,11 +16,12 @@ pub struct ProjectionConfig {
     pub weights: WeightFormat,
 }
 
-/// `x W` without bias: burn's `Linear` (`[in, out]`) in f32, or Q8_0 blocks.
+/// `x W` without bias: burn's `Linear` (`[in, out]`) in f32, or Q8_0 or Q4_0 blocks.
 #[derive(Module, Debug)]
 pub enum Projection<B: Backend> {
     Float(Linear<B>),
     Q8(Q8Weight<B, 2>),
+    Q4(Q4Weight<B, 2>),
 }
 
 impl ProjectionConfig {
@@ -28,15 +29,16 @@ impl ProjectionConfig {
         match self.weights.for_input_width(self.d_input) {
             WeightFormat::F32 => Projection::Float(LinearConfig::new(self.d_input, self.d_output).with_bias(false).init(device)),
             WeightFormat::Q8 => Projection::Q8(Q8Weight::init([self.d_output, self.d_input], device)),
+            WeightFormat::Q4 => Projection::Q4(Q4Weight::init([self.d_output, self.d_input], device)),
         }
     }
 }
 
 /// What a [`Projection`] computes with: an f32 weight through [`DenseMatmul`] (read in place),
-/// a Q8_0 one through [`Q8Matmul`].
-pub trait ProjectionOps: DenseMatmul + Q8Matmul {}
+/// blocks through [`BlockOps`].
+pub trait ProjectionOps: DenseMatmul + BlockOps {}
 
-impl<B: DenseMatmul + Q8Matmul> ProjectionOps for B {}
+impl<B: DenseMatmul + BlockOps> ProjectionOps for B {}
 
 impl<B: ProjectionOps> Projection<B> {
     /// Projects the last dimension of `x`.
@@ -48,6 +50,7 @@ impl<B: ProjectionOps> Projection<B> {
         let out = match self {
             Projection::Float(linear) => dense_matmul(x, linear.weight.val()),
             Projection::Q8(weight) => weight.matmul(x),
+            Projection::Q4(weight) => weight.matmul(x),
         };
         dims[D - 1] = out.dims()[1];
         out.reshape(dims)
@@ -61,6 +64,10 @@ impl<B: Backend> Projection<B> {
             Projection::Float(linear) => linear.weight.lazy_shape().dims::<2>(),
             Projection::Q8(weight) => {
                 let [out, d_in] = weight.values.lazy_shape().dims::<2>();
+                [d_in, out]
+            }
+            Projection::Q4(weight) => {
+                let [out, d_in] = weight.weight_dims();
                 [d_in, out]
             }
         }

@@ -15,15 +15,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use burn::module::Module;
-use decider_ops::Q8Matmul;
 use half::f16;
 use safetensors::Dtype;
 use safetensors::tensor::TensorView;
 
-use crate::checkpoint::{Checkpoint, FORMAT_KEY, Q8_SCALES, Q8_VALUES, block_part, scales_shape};
+use crate::checkpoint::{Checkpoint, FORMAT_KEY, Q4_SCALES, Q4_VALUES, Q8_SCALES, Q8_VALUES, block_part, packed_shape, scales_shape};
 use crate::config::Qwen35Config;
 use crate::error::LoadError;
-use crate::format::WeightFormat;
+use crate::format::{BlockOps, WeightFormat};
 use crate::weights::CheckpointFiller;
 
 /// Bytes a shard holds before it is written: quantizing holds at most this plus one tensor.
@@ -32,7 +31,7 @@ const SHARD_BYTES: usize = 1 << 30;
 /// Writes the model folder `dir` with its weights in `weights` (a block format) to the folder
 /// `out` (created if needed; files of the same names are replaced). Returns the number of
 /// tensors written. `B` only types the lazily built model: nothing is allocated on it.
-pub fn quantize_folder<B: Q8Matmul>(dir: &Path, out: &Path, weights: WeightFormat, device: &B::Device) -> Result<usize, LoadError> {
+pub fn quantize_folder<B: BlockOps>(dir: &Path, out: &Path, weights: WeightFormat, device: &B::Device) -> Result<usize, LoadError> {
     assert_ne!(weights, WeightFormat::F32, "quantize_folder: f32 is not a block format");
     let io = |path: &Path| {
         let path = path.to_path_buf();
@@ -135,9 +134,21 @@ impl Written for Vec<f32> {
 impl Written for (Vec<i8>, Vec<f16>) {
     fn write(&self, name: &str, shape: &[usize], writer: &mut ShardWriter) -> Result<(), LoadError> {
         let (values, scales) = self;
-        let values_name = block_part(name, Q8_VALUES);
-        let scales_shape = scales_shape(&values_name, shape)?;
-        writer.add(values_name, Dtype::I8, shape.to_vec(), values.iter().map(|&v| v as u8).collect())?;
-        writer.add(block_part(name, Q8_SCALES), Dtype::F16, scales_shape, scales.iter().flat_map(|d| d.to_le_bytes()).collect())
+        writer.add(block_part(name, Q8_VALUES), Dtype::I8, shape.to_vec(), values.iter().map(|&v| v as u8).collect())?;
+        write_scales(name, Q8_SCALES, shape, scales, writer)
     }
+}
+
+/// Q4_0 blocks: packed values (U8, half the weight's last dimension) and scales (F16).
+impl Written for (Vec<u8>, Vec<f16>) {
+    fn write(&self, name: &str, shape: &[usize], writer: &mut ShardWriter) -> Result<(), LoadError> {
+        let (packed, scales) = self;
+        writer.add(block_part(name, Q4_VALUES), Dtype::U8, packed_shape(name, shape)?, packed.clone())?;
+        write_scales(name, Q4_SCALES, shape, scales, writer)
+    }
+}
+
+/// The scales `{name}.{part}` of weight `name` of `shape`.
+fn write_scales(name: &str, part: &str, shape: &[usize], scales: &[f16], writer: &mut ShardWriter) -> Result<(), LoadError> {
+    writer.add(block_part(name, part), Dtype::F16, scales_shape(name, shape)?, scales.iter().flat_map(|d| d.to_le_bytes()).collect())
 }

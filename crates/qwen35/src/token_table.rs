@@ -10,7 +10,7 @@ use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::{Embedding, EmbeddingConfig};
 use burn::tensor::{Int, Tensor, backend::Backend};
-use decider_ops::{Q8_BLOCK, q8_scales_f32};
+use decider_ops::{Q8_BLOCK, block_scales_f32};
 
 use crate::format::{WeightFormat, lazy_q8_params};
 
@@ -38,7 +38,7 @@ pub enum TokenTable<B: Backend> {
 pub struct Q8Rows<B: Backend> {
     /// `[vocab, hidden]` values in `-127..=127`.
     pub values: Param<Tensor<B, 2, Int>>,
-    /// `[vocab, hidden / 32]`: each block's scale, as f16 bits (`decider_ops::q8_scales`).
+    /// `[vocab, hidden / 32]`: each block's scale, as f16 bits (`decider_ops::block_scales`).
     pub scales: Param<Tensor<B, 2, Int>>,
 }
 
@@ -47,7 +47,8 @@ impl TokenTableConfig {
     pub fn init<B: Backend>(&self, device: &B::Device) -> TokenTable<B> {
         match self.weights.for_input_width(self.hidden_size) {
             WeightFormat::F32 => TokenTable::Float(EmbeddingConfig::new(self.vocab_size, self.hidden_size).init(device)),
-            WeightFormat::Q8 => {
+            // 8-bit in `q4` too: the head's rows are the label logits themselves.
+            WeightFormat::Q8 | WeightFormat::Q4 => {
                 let (values, scales) = lazy_q8_params([self.vocab_size, self.hidden_size], device);
                 TokenTable::Q8(Q8Rows { values, scales })
             }
@@ -117,5 +118,5 @@ impl<B: Backend> TokenTable<B> {
 fn dequantize<B: Backend>(values: Tensor<B, 2>, scales: Tensor<B, 2, Int>) -> Tensor<B, 2> {
     let [rows, hidden] = values.dims();
     let blocks = hidden / Q8_BLOCK;
-    (values.reshape([rows, blocks, Q8_BLOCK]) * q8_scales_f32(scales).reshape([rows, blocks, 1])).reshape([rows, hidden])
+    (values.reshape([rows, blocks, Q8_BLOCK]) * block_scales_f32(scales).reshape([rows, blocks, 1])).reshape([rows, hidden])
 }

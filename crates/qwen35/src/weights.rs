@@ -24,14 +24,14 @@ use std::path::Path;
 
 use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
-use decider_ops::{Q8Matmul, q8_rows, q8_scales, q8_values};
+use decider_ops::{block_scales, q4_values, q8_rows, q8_values};
 use half::f16;
 use rayon::prelude::*;
 
 use crate::checkpoint::Checkpoint;
 use crate::config::Qwen35Config;
 use crate::error::LoadError;
-use crate::format::WeightFormat;
+use crate::format::{BlockOps, WeightFormat};
 use crate::model::Qwen35Model;
 use crate::quantize::{ShardWriter, Written};
 
@@ -43,7 +43,7 @@ pub const PREFIXES: [&str; 2] = ["model.language_model.", "model."];
 pub const ROOT_MODULES: [&str; 1] = ["lm_head"];
 
 /// Enum variants that choose a weight's format: not part of the checkpoint's names.
-pub const FORMAT_VARIANTS: [&str; 2] = ["Float", "Q8"];
+pub const FORMAT_VARIANTS: [&str; 3] = ["Float", "Q8", "Q4"];
 
 /// `(this crate's module path, the checkpoint's)`, matched on whole dotted segments.
 pub const RENAMES: [(&str, &str); 6] = [
@@ -70,19 +70,24 @@ pub enum Stored {
     /// in row order (`Q8Rows`, a token table, whose f32 form is an `Embedding` of the same
     /// orientation).
     Q8Values { kernel_layout: bool },
-    /// The block scales that go with the `Q8Values` read just before.
-    Q8Scales,
+    /// The packed values of the weight of its module in Q4_0 blocks, in the checkpoint's
+    /// orientation and the matmul kernel's layout (`Q4Weight`).
+    Q4Values,
+    /// The block scales that go with the values read just before.
+    BlockScales,
 }
 
 /// `(owning module type, field, how it is held)`; fields not listed are stored as they are.
-pub const STORED: [(&str, &str, Stored); 8] = [
+pub const STORED: [(&str, &str, Stored); 10] = [
     ("Struct:Linear", "weight", Stored::Transposed { of_module: true }),
     ("Struct:FloatExperts", "gate_up_proj", Stored::Transposed { of_module: false }),
     ("Struct:FloatExperts", "down_proj", Stored::Transposed { of_module: false }),
     ("Struct:Q8Weight", "values", Stored::Q8Values { kernel_layout: true }),
-    ("Struct:Q8Weight", "scales", Stored::Q8Scales),
+    ("Struct:Q8Weight", "scales", Stored::BlockScales),
+    ("Struct:Q4Weight", "values", Stored::Q4Values),
+    ("Struct:Q4Weight", "scales", Stored::BlockScales),
     ("Struct:Q8Rows", "values", Stored::Q8Values { kernel_layout: false }),
-    ("Struct:Q8Rows", "scales", Stored::Q8Scales),
+    ("Struct:Q8Rows", "scales", Stored::BlockScales),
     ("Struct:GatedDeltaNet", "conv1d", Stored::Conv1dKernel),
 ];
 
@@ -92,12 +97,12 @@ pub const STORED: [(&str, &str, Stored); 8] = [
 pub const EXPERT_PARTS: [(&str, &[&str]); 2] = [("gate_up_proj", &["gate_proj", "up_proj"]), ("down_proj", &["down_proj"])];
 
 /// Loads `config.json` and the safetensors weights of a model folder, in f32.
-pub fn load_model<B: Q8Matmul>(dir: impl AsRef<Path>, device: &B::Device) -> Result<(Qwen35Config, Qwen35Model<B>), LoadError> {
+pub fn load_model<B: BlockOps>(dir: impl AsRef<Path>, device: &B::Device) -> Result<(Qwen35Config, Qwen35Model<B>), LoadError> {
     load_model_with_weights(dir, WeightFormat::F32, device)
 }
 
 /// Loads a model folder with its projections and experts in `weights`.
-pub fn load_model_with_weights<B: Q8Matmul>(
+pub fn load_model_with_weights<B: BlockOps>(
     dir: impl AsRef<Path>,
     weights: WeightFormat,
     device: &B::Device,
@@ -110,7 +115,7 @@ pub fn load_model_with_weights<B: Q8Matmul>(
 }
 
 /// Builds the model of `config` in `weights` and fills every parameter from `checkpoint`.
-pub fn load_weights<B: Q8Matmul>(
+pub fn load_weights<B: BlockOps>(
     config: &Qwen35Config,
     checkpoint: &Checkpoint,
     weights: WeightFormat,
@@ -144,7 +149,7 @@ pub struct CheckpointFiller<'a, B: Backend> {
     writer: Option<&'a mut ShardWriter>,
 }
 
-impl<'a, B: Q8Matmul> CheckpointFiller<'a, B> {
+impl<'a, B: BlockOps> CheckpointFiller<'a, B> {
     /// A filler for a checkpoint in either layout (the prefix is found from the embeddings).
     pub fn new(checkpoint: &'a Checkpoint, device: &'a B::Device) -> Result<Self, LoadError> {
         let prefix = PREFIXES
@@ -235,30 +240,34 @@ impl<'a, B: Q8Matmul> CheckpointFiller<'a, B> {
                     None => Ok(transpose_last2(&weight, batch, d_out, d_in)),
                 }
             }
-            Stored::Q8Values { .. } | Stored::Q8Scales => unreachable!("Q8_0 blocks are ints"),
+            Stored::Q8Values { .. } | Stored::Q4Values | Stored::BlockScales => unreachable!("blocks are ints"),
         }
     }
 
-    /// The scales of the Q8_0 values read just before, for the module at the current path.
-    fn q8_scales(&mut self) -> Vec<f16> {
+    /// The scales of the block values read just before, for the module at the current path.
+    fn block_scales(&mut self) -> Vec<f16> {
         let name = self.checkpoint_name(true);
         match self.pending_scales.take() {
             Some((values_of, scales)) if values_of == name => scales,
-            _ => unreachable!("a Q8_0 module holds its values before its scales"),
+            _ => unreachable!("a block module holds its values before its scales"),
         }
     }
 
-    /// The Q8_0 values of the weight at the current path (`[batch, out, in]`); its scales wait
-    /// for the next parameter.
-    fn q8_values(&mut self, shape: [usize; 3]) -> Result<Vec<i8>, LoadError> {
+    /// The block values of the weight at the current path (`[batch, out, in]`), read by `read`
+    /// ([`Checkpoint::read_q8`] or [`Checkpoint::read_q4`]); its scales wait for the next
+    /// parameter.
+    fn block_values<T>(&mut self, shape: [usize; 3], read: Reader<(Vec<T>, Vec<f16>)>) -> Result<Vec<T>, LoadError>
+    where
+        (Vec<T>, Vec<f16>): Written,
+    {
         let name = self.checkpoint_name(true);
-        let (values, scales) = self.read_weight(&name, shape, Checkpoint::read_q8)?;
+        let (values, scales) = self.read_weight(&name, shape, read)?;
         self.pending_scales = Some((name, scales));
         Ok(values)
     }
 }
 
-impl<B: Q8Matmul> ModuleMapper<B> for CheckpointFiller<'_, B> {
+impl<B: BlockOps> ModuleMapper<B> for CheckpointFiller<'_, B> {
     fn enter_module(&mut self, name: &str, container_type: &str) {
         self.path.push((name.to_owned(), container_type.to_owned()));
     }
@@ -295,7 +304,7 @@ impl<B: Q8Matmul> ModuleMapper<B> for CheckpointFiller<'_, B> {
         let tensor = match self.stored() {
             Stored::Q8Values { kernel_layout } => {
                 let (batch, d_out, d_in) = stack_dims(&shape);
-                match self.q8_values([batch, d_out, d_in]) {
+                match self.block_values([batch, d_out, d_in], Checkpoint::read_q8) {
                     Ok(_) if self.writer.is_some() => return param,
                     Ok(values) if kernel_layout => q8_values(values, shape, self.device),
                     Ok(values) => q8_rows(values, shape, self.device),
@@ -305,11 +314,23 @@ impl<B: Q8Matmul> ModuleMapper<B> for CheckpointFiller<'_, B> {
                     }
                 }
             }
-            Stored::Q8Scales => match self.q8_scales() {
+            Stored::Q4Values => {
+                // Two values a byte: the weight is twice as wide as its bytes.
+                let (batch, d_out, half_in) = stack_dims(&shape);
+                match self.block_values([batch, d_out, 2 * half_in], Checkpoint::read_q4) {
+                    Ok(_) if self.writer.is_some() => return param,
+                    Ok(packed) => q4_values(packed, shape, self.device),
+                    Err(error) => {
+                        self.error = Some(error);
+                        return param;
+                    }
+                }
+            }
+            Stored::BlockScales => match self.block_scales() {
                 _ if self.writer.is_some() => return param,
-                scales => q8_scales(scales, shape, self.device),
+                scales => block_scales(scales, shape, self.device),
             },
-            _ => unreachable!("the only int parameters are Q8_0 blocks"),
+            _ => unreachable!("the only int parameters are blocks"),
         };
         let id = param.id;
         param.transform_for_load(tensor, id)

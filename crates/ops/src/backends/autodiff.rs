@@ -55,11 +55,19 @@ impl<B: crate::Q8Matmul, C: CheckpointStrategy> crate::Q8Matmul for Autodiff<B, 
     fn q8_values_dtype() -> burn::tensor::DType {
         B::q8_values_dtype()
     }
-    fn q8_scales_dtype() -> burn::tensor::DType {
-        B::q8_scales_dtype()
+    fn block_scales_dtype() -> burn::tensor::DType {
+        B::block_scales_dtype()
     }
     // The values stay in their order (the default `q8_layout`): the generic form reads them so,
     // whatever order the inner backend's own kernel reads.
+}
+
+/// As [`crate::Q8Matmul`]: the generic form through autodiff's own ops, the weights' packed
+/// bytes kept in Q4_0's order.
+impl<B: crate::Q4Matmul, C: CheckpointStrategy> crate::Q4Matmul for Autodiff<B, C> {
+    fn q4_values_dtype() -> burn::tensor::DType {
+        B::q4_values_dtype()
+    }
 }
 
 /// The generic form through autodiff's own ops, so gradients reach both operands.

@@ -68,6 +68,8 @@ impl<B: FusionBackend + UnitLowerInverse> UnitLowerInverse for Fusion<B> {
 /// The generic form, whose tensor ops fuse like any others.
 impl<B: FusionBackend> crate::Q8Matmul for Fusion<B> {}
 
+impl<B: FusionBackend> crate::Q4Matmul for Fusion<B> {}
+
 impl<B: FusionBackend> crate::DenseMatmul for Fusion<B> {}
 
 /// The generic chunked form, whose tensor ops fuse like any others.

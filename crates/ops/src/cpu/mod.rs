@@ -1,7 +1,7 @@
 //! Plain-Rust kernels for the CPU backends (ndarray, candle): one pass over the ids, forward
 //! substitution per matrix in parallel over the batch, sgemm on operands read in place, the
-//! grouped (per-expert) products in one parallel pass, the Q8_0 matmul as an integer dot where
-//! the CPU has one, and the delta rule token by token.
+//! grouped (per-expert) products in one parallel pass, the Q8_0 and Q4_0 matmuls as an integer
+//! dot where the CPU has one, and the delta rule token by token.
 
 use half::f16;
 use num_traits::Float;
@@ -15,13 +15,13 @@ pub mod delta_rule;
 pub mod few_rows;
 mod isa;
 #[cfg(target_arch = "x86_64")]
-pub mod q8_vnni;
+pub mod vnni;
 
-/// Whether [`q8_matmul`] runs the integer dot of [`q8_vnni`] on this CPU (and so reads the
-/// values in [`q8_layout`]).
-pub fn q8_integer_dot() -> bool {
+/// Whether [`q8_matmul`] and [`q4_matmul`] run the integer dot of [`vnni`] on this CPU (and so
+/// read the weights in [`q8_layout`] and [`q4_layout`]).
+pub fn integer_dot() -> bool {
     #[cfg(target_arch = "x86_64")]
-    return q8_vnni::available();
+    return vnni::available();
     #[cfg(not(target_arch = "x86_64"))]
     return false;
 }
@@ -30,11 +30,22 @@ pub fn q8_integer_dot() -> bool {
 /// this CPU.
 pub fn q8_layout(values: Vec<i8>, d_out: usize, d_in: usize) -> Vec<i8> {
     #[cfg(target_arch = "x86_64")]
-    if q8_integer_dot() {
-        return q8_vnni::layout(&values, d_out, d_in);
+    if integer_dot() {
+        return vnni::q8_layout(&values, d_out, d_in);
     }
     let _ = (d_out, d_in);
     values
+}
+
+/// The order [`q4_matmul`] reads the packed bytes of a weight (or a stack of them) `[d_out, d_in
+/// / 2]` in on this CPU.
+pub fn q4_layout(packed: Vec<u8>, d_out: usize, d_in: usize) -> Vec<u8> {
+    #[cfg(target_arch = "x86_64")]
+    if integer_dot() {
+        return vnni::q4_layout(&packed, d_out, d_in);
+    }
+    let _ = (d_out, d_in);
+    packed
 }
 
 /// Counts of ids in `0..num_experts`; other ids are dropped.
@@ -78,28 +89,71 @@ pub fn unit_lower_inverse<T: Float + Send + Sync>(a: &[T], n: usize) -> Vec<T> {
 
 /// `round_q8(x) [n, d_in] · Wᵀ -> [n, d_out]` for `W [d_out, d_in]` in Q8_0 blocks (`values` in
 /// [`q8_layout`], `scales [d_out, d_in / 32]`), the activations rounded to 8-bit blocks
-/// ([`quantize_activations_q8`]): the integer dot of [`q8_vnni`] where the CPU has it, else
+/// ([`quantize_activations_q8`]): the integer dot of [`vnni`] where the CPU has it, else
 /// [`dequantized_q8_matmul`] on the rounded activations.
 pub fn q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
-    if q8_integer_dot() {
-        return q8_vnni::matmul(x, n, values, scales, d_out, d_in);
+    if integer_dot() {
+        return vnni::q8_matmul(x, n, values, scales, d_out, d_in);
     }
-    let (xq, xs) = quantize_activations_q8(x, d_in);
-    dequantized_q8_matmul(&dequantize_q8(&xq, &xs), n, values, scales, d_out, d_in)
+    dequantized_q8_matmul(&rounded_activations(x, d_in), n, values, scales, d_out, d_in)
 }
 
-/// `x [n, d_in] · Wᵀ -> [n, d_out]` for `W [d_out, d_in]` in Q8_0 blocks (`values`, `scales
-/// [d_out, d_in / 32]`).
+/// [`q8_matmul`] for `W` in Q4_0 blocks (`packed [d_out, d_in / 2]` in [`q4_layout`]).
+pub fn q4_matmul(x: &[f32], n: usize, packed: &[u8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
+    #[cfg(target_arch = "x86_64")]
+    if integer_dot() {
+        return vnni::q4_matmul(x, n, packed, scales, d_out, d_in);
+    }
+    dequantized_q4_matmul(&rounded_activations(x, d_in), n, packed, scales, d_out, d_in)
+}
+
+/// `x [n, d_in] · Wᵀ -> [n, d_out]` for `W [d_out, d_in]` in Q8_0 blocks (`values` in row order,
+/// `scales [d_out, d_in / 32]`), through [`dequantized_matmul`].
+pub fn dequantized_q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
+    const BLOCK: usize = crate::Q8_BLOCK;
+    dequantized_matmul(x, n, d_out, d_in, |first, weights| {
+        let blocks = values[first * d_in..][..weights.len()].chunks_exact(BLOCK);
+        for ((dst, block), &d) in weights.chunks_exact_mut(BLOCK).zip(blocks).zip(&scales[first * d_in / BLOCK..]) {
+            let d = d.to_f32();
+            for (w, &v) in dst.iter_mut().zip(block) {
+                *w = v as f32 * d;
+            }
+        }
+    })
+}
+
+/// [`dequantized_q8_matmul`] for `W` in Q4_0 blocks (`packed [d_out, d_in / 2]` in Q4_0's order).
+pub fn dequantized_q4_matmul(x: &[f32], n: usize, packed: &[u8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
+    const BLOCK: usize = crate::Q4_BLOCK;
+    dequantized_matmul(x, n, d_out, d_in, |first, weights| {
+        let blocks = packed[first * d_in / 2..][..weights.len() / 2].chunks_exact(BLOCK / 2);
+        for ((dst, bytes), &d) in weights.chunks_exact_mut(BLOCK).zip(blocks).zip(&scales[first * d_in / BLOCK..]) {
+            let d = d.to_f32();
+            for (j, &byte) in bytes.iter().enumerate() {
+                dst[j] = ((byte & 15) as f32 - 8.0) * d;
+                dst[j + BLOCK / 2] = ((byte >> 4) as f32 - 8.0) * d;
+            }
+        }
+    })
+}
+
+/// `x [n, d_in]` rounded to 8-bit blocks and back, as the integer dot reads it.
+fn rounded_activations(x: &[f32], d_in: usize) -> Vec<f32> {
+    let (xq, xs) = quantize_activations_q8(x, d_in);
+    dequantize_q8(&xq, &xs)
+}
+
+/// `x [n, d_in] · Wᵀ -> [n, d_out]` for a block-quantized `W [d_out, d_in]`, of which
+/// `dequantize(first, weights)` writes rows `first..` into `weights` (whole rows, in f32).
 ///
 /// The output is computed transposed, `W · xᵀ`, a panel of weight rows per task: each task
 /// dequantizes its rows into an f32 buffer (a panel, not the whole weight, is ever f32) and
 /// multiplies it with `matrixmultiply`'s sgemm into its contiguous rows of `outᵀ`; `outᵀ` is
-/// transposed at the end. The weight is read once, at a byte a value. Panels are as large as
+/// transposed at the end. The weight is read once, in its own bytes. Panels are as large as
 /// four tasks per thread allow, up to 256 rows: each sgemm packs `x` again, so fewer, larger
 /// panels cost less (64-row panels were 20 % slower at 2B widths).
-pub fn dequantized_q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
-    const BLOCK: usize = crate::Q8_BLOCK;
+fn dequantized_matmul(x: &[f32], n: usize, d_out: usize, d_in: usize, dequantize: impl Fn(usize, &mut [f32]) + Sync) -> Vec<f32> {
     let panel_rows = d_out.div_ceil(4 * rayon::current_num_threads()).next_multiple_of(16).clamp(16, 256);
     let mut transposed = vec![0f32; d_out * n];
     if n == 0 || d_out == 0 || d_in == 0 {
@@ -107,16 +161,8 @@ pub fn dequantized_q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f16],
     }
     transposed.par_chunks_mut(panel_rows * n).enumerate().for_each(|(panel, out)| {
         let rows = out.len() / n;
-        let first = panel * panel_rows;
         let mut weights = vec![0f32; rows * d_in];
-        let blocks = values[first * d_in..(first + rows) * d_in].chunks_exact(BLOCK);
-        let block_scales = &scales[first * d_in / BLOCK..(first + rows) * d_in / BLOCK];
-        for ((dst, block), &d) in weights.chunks_exact_mut(BLOCK).zip(blocks).zip(block_scales) {
-            let d = d.to_f32();
-            for (w, &v) in dst.iter_mut().zip(block) {
-                *w = v as f32 * d;
-            }
-        }
+        dequantize(panel * panel_rows, &mut weights);
         // SAFETY: the pointers cover `weights [rows, d_in]`, `x [n, d_in]` read as `xᵀ [d_in, n]`
         // through its strides, and `out [rows, n]`, all in bounds and not aliased.
         unsafe {
@@ -258,23 +304,36 @@ pub fn grouped_matmul(x: &[f32], counts: &[usize], weights: &[f32], d_in: usize,
 /// # Panics
 /// If the slices do not match the shapes (`counts` summing to `rows`).
 pub fn grouped_q8_matmul(x: &[f32], counts: &[usize], values: &[i8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
-    let rows: usize = counts.iter().sum();
     let (size, blocks) = (d_out * d_in, d_out * d_in / crate::Q8_BLOCK);
+    check_grouped(x, counts, d_in, values.len() == counts.len() * size && scales.len() == counts.len() * blocks);
+    per_expert(x, counts, d_in, |e, x, rows| q8_matmul(x, rows, &values[e * size..][..size], &scales[e * blocks..][..blocks], d_out, d_in))
+}
+
+/// [`grouped_q8_matmul`] with the experts' weights in Q4_0 blocks (`packed [E, d_out, d_in / 2]`
+/// in [`q4_layout`]): [`q4_matmul`] per expert, the experts in parallel.
+///
+/// # Panics
+/// If the slices do not match the shapes (`counts` summing to `rows`).
+pub fn grouped_q4_matmul(x: &[f32], counts: &[usize], packed: &[u8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
+    let (size, blocks) = (d_out * d_in / 2, d_out * d_in / crate::Q4_BLOCK);
+    check_grouped(x, counts, d_in, packed.len() == counts.len() * size && scales.len() == counts.len() * blocks);
+    per_expert(x, counts, d_in, |e, x, rows| q4_matmul(x, rows, &packed[e * size..][..size], &scales[e * blocks..][..blocks], d_out, d_in))
+}
+
+/// Panics unless `x` holds the rows `counts` sum to and the weights match (`weights_match`).
+fn check_grouped(x: &[f32], counts: &[usize], d_in: usize, weights_match: bool) {
+    let rows: usize = counts.iter().sum();
     assert!(
-        x.len() == rows * d_in && values.len() == counts.len() * size && scales.len() == counts.len() * blocks,
-        "grouped_q8_matmul: x has {} values for {rows} rows of {d_in}; values {} and scales {} for {} experts [{d_out}, {d_in}]",
+        x.len() == rows * d_in && weights_match,
+        "grouped matmul: x has {} values for {rows} rows of {d_in}, or the weights do not match {} experts",
         x.len(),
-        values.len(),
-        scales.len(),
         counts.len()
     );
+}
+
+/// `product(e, rows of expert e, their count)` for each expert in parallel, concatenated.
+fn per_expert(x: &[f32], counts: &[usize], d_in: usize, product: impl Fn(usize, &[f32], usize) -> Vec<f32> + Sync) -> Vec<f32> {
     let starts = group_starts(counts);
-    let products: Vec<Vec<f32>> = (0..counts.len())
-        .into_par_iter()
-        .map(|e| {
-            let x = &x[starts[e] * d_in..(starts[e] + counts[e]) * d_in];
-            q8_matmul(x, counts[e], &values[e * size..(e + 1) * size], &scales[e * blocks..(e + 1) * blocks], d_out, d_in)
-        })
-        .collect();
+    let products: Vec<Vec<f32>> = (0..counts.len()).into_par_iter().map(|e| product(e, &x[starts[e] * d_in..(starts[e] + counts[e]) * d_in], counts[e])).collect();
     products.concat()
 }

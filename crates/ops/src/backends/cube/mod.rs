@@ -96,6 +96,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> UnitLowerI
 /// The generic form (dequantize, then burn's matmul kernels).
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::Q8Matmul for CubeBackend<R, F, I, BT> {}
 
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::Q4Matmul for CubeBackend<R, F, I, BT> {}
+
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::DenseMatmul for CubeBackend<R, F, I, BT> {}
 
 /// The generic chunked form (its matmuls and the inverse kernel above).
