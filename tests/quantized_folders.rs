@@ -19,10 +19,10 @@ type B = NdArray;
 
 const EMBED: &str = "model.embed_tokens.weight";
 
-/// `folder` (under `tests/fixtures`) quantized to q8 in a temporary folder.
-fn quantized(folder: &str) -> tempfile::TempDir {
+/// `folder` (under `tests/fixtures`) quantized to `format` in a temporary folder.
+fn quantized(folder: &str, format: WeightFormat) -> tempfile::TempDir {
     let out = tempfile::tempdir().unwrap();
-    qwen35::quantize::quantize_folder::<B>(&fixture_path(folder), out.path(), WeightFormat::Q8, &Default::default()).unwrap();
+    qwen35::quantize::quantize_folder::<B>(&fixture_path(folder), out.path(), format, &Default::default()).unwrap();
     out
 }
 
@@ -31,7 +31,11 @@ fn load(dir: &Path, weights: WeightFormat) -> qwen35::Qwen35Model<B> {
 }
 
 fn load_error(dir: &Path) -> String {
-    match qwen35::load_model_with_weights::<B>(dir, WeightFormat::Q8, &Default::default()) {
+    load_error_in(dir, WeightFormat::Q8)
+}
+
+fn load_error_in(dir: &Path, weights: WeightFormat) -> String {
+    match qwen35::load_model_with_weights::<B>(dir, weights, &Default::default()) {
         Ok(_) => panic!("loading {} should fail", dir.display()),
         Err(error) => error.to_string(),
     }
@@ -40,34 +44,72 @@ fn load_error(dir: &Path) -> String {
 #[test]
 fn a_quantized_folder_loads_as_quantizing_at_load() {
     let device = Default::default();
-    for model in MODELS {
-        let ids = Reference::open(model).input_ids::<B>("len64", &device);
-        for layout in LAYOUTS {
-            let (source, folder) = (fixture_path(&format!("{model}/{layout}")), quantized(&format!("{model}/{layout}")));
-            let label = format!("{model}/{layout}");
-            assert!(folder.path().join("config.json").is_file(), "{label}: the config is copied");
-            let checkpoint = Checkpoint::open_dir(folder.path()).unwrap();
-            let embed = checkpoint.names().find(|name| name.ends_with("embed_tokens.weight.q8_values")).expect("the embeddings in blocks");
-            assert_eq!(checkpoint.shape(embed), Some(&[256, 32][..]), "{label}");
-            assert!(!checkpoint.names().any(|name| name.ends_with("embed_tokens.weight")), "{label}: no float copy of a quantized weight");
-            // `auto` loads the folder in its format, the source in f32.
-            assert_eq!(WeightChoice::Auto.for_folder(folder.path()).unwrap(), WeightFormat::Q8, "{label}");
-            assert_eq!(WeightChoice::Auto.for_folder(&source).unwrap(), WeightFormat::F32, "{label}");
-            // The same blocks: the logits of both q8 loads are equal bit for bit.
-            let logits = |dir: &Path| load(dir, WeightFormat::Q8).forward(ids.clone()).into_data().to_vec::<f32>().unwrap();
-            assert_eq!(logits(folder.path()), logits(&source), "{label}");
-            // In f32 the folder's weights are its blocks dequantized.
-            let all = Tensor::<B, 1, Int>::arange(0..256, &device);
-            let rows = |weights| load(folder.path(), weights).embed_tokens.rows(all.clone()).into_data().to_vec::<f32>().unwrap();
-            assert_eq!(rows(WeightFormat::F32), rows(WeightFormat::Q8), "{label}");
+    for (format, projection_part) in [(WeightFormat::Q8, "q8_values"), (WeightFormat::Q4, "q4_values")] {
+        for model in MODELS {
+            let ids = Reference::open(model).input_ids::<B>("len64", &device);
+            for layout in LAYOUTS {
+                let (source, folder) = (fixture_path(&format!("{model}/{layout}")), quantized(&format!("{model}/{layout}"), format));
+                let label = format!("{model}/{layout} in {format}");
+                assert!(folder.path().join("config.json").is_file(), "{label}: the config is copied");
+                let checkpoint = Checkpoint::open_dir(folder.path()).unwrap();
+                // The token tables are Q8_0 in both formats; q4 packs two values a byte.
+                let embed = checkpoint.names().find(|name| name.ends_with("embed_tokens.weight.q8_values")).expect("the embeddings in blocks");
+                assert_eq!(checkpoint.shape(embed), Some(&[256, 32][..]), "{label}");
+                let q_proj = checkpoint.names().find(|name| name.ends_with(&format!("q_proj.weight.{projection_part}"))).expect("q_proj in blocks");
+                let [out, d_in] = [checkpoint.shape(q_proj).unwrap()[0], 32];
+                let packed_in = if format == WeightFormat::Q4 { d_in / 2 } else { d_in };
+                assert_eq!(checkpoint.shape(q_proj), Some(&[out, packed_in][..]), "{label}");
+                assert!(!checkpoint.names().any(|name| name.ends_with("embed_tokens.weight")), "{label}: no float copy of a quantized weight");
+                // `auto` loads the folder in its format, the source in f32.
+                assert_eq!(WeightChoice::Auto.for_folder(folder.path()).unwrap(), format, "{label}");
+                assert_eq!(WeightChoice::Auto.for_folder(&source).unwrap(), WeightFormat::F32, "{label}");
+                // The same blocks: the logits of both loads are equal bit for bit.
+                let logits = |dir: &Path| load(dir, format).forward(ids.clone()).into_data().to_vec::<f32>().unwrap();
+                assert_eq!(logits(folder.path()), logits(&source), "{label}");
+                // In f32 the folder's weights are its blocks dequantized.
+                let all = Tensor::<B, 1, Int>::arange(0..256, &device);
+                let rows = |weights| load(folder.path(), weights).embed_tokens.rows(all.clone()).into_data().to_vec::<f32>().unwrap();
+                assert_eq!(rows(WeightFormat::F32), rows(format), "{label}");
+            }
         }
     }
+}
+
+#[test]
+fn blocks_of_another_format_are_refused_with_the_fix() {
+    let q8 = quantized("dense/save_pretrained", WeightFormat::Q8);
+    let message = load_error_in(q8.path(), WeightFormat::Q4);
+    assert!(message.contains("stored in q8 blocks, asked for q4: load the folder with `--weights q8` (or `auto`)"), "{message}");
+    let q4 = quantized("dense/save_pretrained", WeightFormat::Q4);
+    let message = load_error_in(q4.path(), WeightFormat::Q8);
+    assert!(message.contains("stored in q4 blocks, asked for q8"), "{message}");
+    // Q4_0 bytes of another dtype, and a scale that is not finite (Q4_0's may be negative).
+    let rewritten = |edit: &dyn Fn(&str, Dtype, Vec<usize>, Vec<u8>) -> (Dtype, Vec<usize>, Vec<u8>)| {
+        let folder = quantized("dense/save_pretrained", WeightFormat::Q4);
+        rewrite_tensors(&folder.path().join("model-00001.safetensors"), |name, dtype, shape, data| Some(edit(name, dtype, shape, data)));
+        folder
+    };
+    let q_proj = "model.layers.3.self_attn.q_proj.weight";
+    let i8_bytes = rewritten(&|name, dtype, shape, data| match name == format!("{q_proj}.q4_values") {
+        true => (Dtype::I8, shape, data),
+        false => (dtype, shape, data),
+    });
+    let message = load_error_in(i8_bytes.path(), WeightFormat::Q4);
+    assert!(message.contains(&format!("`{q_proj}.q4_values`: holds I8 values, not U8")), "{message}");
+    let infinite = rewritten(&|name, dtype, shape, mut data| {
+        if name == format!("{q_proj}.q4_scales") {
+            data[2..4].copy_from_slice(&f16::NEG_INFINITY.to_le_bytes());
+        }
+        (dtype, shape, data)
+    });
+    let message = load_error_in(infinite.path(), WeightFormat::Q4);
+    assert!(message.contains(&format!("`{q_proj}.q4_scales`: scale -inf at flat index 1 (scales are finite)")), "{message}");
 }
 
 /// A quantized copy of the dense fixture whose one shard is rewritten by `edit`
 /// ([`rewrite_tensors`]).
 fn broken(edit: impl Fn(&str, Dtype, Vec<usize>, Vec<u8>) -> Option<(Dtype, Vec<usize>, Vec<u8>)>) -> tempfile::TempDir {
-    let folder = quantized("dense/save_pretrained");
+    let folder = quantized("dense/save_pretrained", WeightFormat::Q8);
     rewrite_tensors(&folder.path().join("model-00001.safetensors"), edit);
     folder
 }
@@ -153,7 +195,7 @@ fn as_one_file(folder: &Path, tensors: Vec<(String, TensorView<'_>)>) {
 #[test]
 fn unknown_formats_are_named() {
     // Blocks of a kind this build does not read, in place of the weight.
-    let folder = quantized("dense/save_pretrained");
+    let folder = quantized("dense/save_pretrained", WeightFormat::Q8);
     let bytes = shard_bytes(folder.path());
     let tensors = SafeTensors::deserialize(&bytes).unwrap();
     let renamed: Vec<(String, TensorView<'_>)> = tensors
@@ -166,7 +208,7 @@ fn unknown_formats_are_named() {
     let message = load_error(folder.path());
     assert!(message.contains(&format!("`{EMBED}.q5_values`: `{EMBED}` is stored in a form this build does not read")), "{message}");
     // A shard that names a format this build does not know.
-    let folder = quantized("dense/save_pretrained");
+    let folder = quantized("dense/save_pretrained", WeightFormat::Q8);
     let shard = folder.path().join("model-00001.safetensors");
     let bytes = shard_bytes(folder.path());
     let tensors = SafeTensors::deserialize(&bytes).unwrap();
@@ -203,7 +245,7 @@ fn bad_values_past_the_first_chunk_are_named_at_their_index() {
 #[test]
 fn a_weight_stored_twice_or_without_its_values_is_named() {
     // As it is and as blocks: the two could differ.
-    let folder = quantized("dense/save_pretrained");
+    let folder = quantized("dense/save_pretrained", WeightFormat::Q8);
     let bytes = shard_bytes(folder.path());
     let tensors = SafeTensors::deserialize(&bytes).unwrap();
     let float = vec![0u8; 256 * 32 * 4];
@@ -213,7 +255,7 @@ fn a_weight_stored_twice_or_without_its_values_is_named() {
     let message = load_error(folder.path());
     assert!(message.contains(&format!("`{EMBED}`: stored both as it is and as `{EMBED}.q8_values`")), "{message}");
     // Scales without their values.
-    let folder = quantized("dense/save_pretrained");
+    let folder = quantized("dense/save_pretrained", WeightFormat::Q8);
     let bytes = shard_bytes(folder.path());
     let tensors = SafeTensors::deserialize(&bytes).unwrap();
     as_one_file(folder.path(), tensors.tensors().into_iter().filter(|(name, _)| *name != format!("{EMBED}.q8_values")).collect());

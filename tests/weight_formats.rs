@@ -1,12 +1,16 @@
 //! The weight formats are exact for what they store: every projection, expert and token table
-//! (embeddings, output head) of a model loaded in Q8_0 gives the same outputs as the f32 path on
-//! the same weights rounded to Q8_0 and back. This isolates the kernels and the layout of the blocks (orientation, block order,
-//! scales, the kernel's own order of the values, experts) from the rounding itself, whose
-//! effect on decisions is a separate, reported figure.
+//! (embeddings, output head) of a model loaded in Q8_0 or Q4_0 gives the same outputs as the f32
+//! path on the same weights rounded to the format and back. This isolates the kernels and the
+//! layout of the blocks (orientation, block order, scales, packing, the kernel's own order of the
+//! values, experts) from the rounding itself, whose effect on decisions is a separate, reported
+//! figure.
 //!
 //! The checkpoint used is a fixture with every weight whose rows are whole blocks replaced by its
-//! Q8_0 round trip. Quantizing such a weight again gives back the same blocks (same values, same
-//! f16 scale), so its f32 load and its q8 load hold the same numbers. The q8 product also rounds
+//! round trip: Q8_0 for q8; for q4, Q8_0 for the token tables (which q4 keeps in Q8_0) and
+//! llama.cpp's own Q4_0 rounding for the rest. Quantizing such a weight again gives back the same
+//! blocks (same values, same f16 scale: a llama.cpp Q4_0 block rounds to itself with no error,
+//! which the scale search of `decider_ops::quantize_q4` cannot beat), so its f32 load and its
+//! quantized load hold the same numbers. The block products also round
 //! its input to 8-bit blocks (`decider_ops::quantize_activations_q8`); the inputs here are such
 //! round trips already, which that rounding keeps (up to the last bit of a block's scale). Whole
 //! models are not compared: there every projection's rounding is real, and on these small
@@ -14,10 +18,12 @@
 
 use burn::module::{Module, Param, ParamId};
 use burn::tensor::{Int, Tensor, TensorData};
-use decider_ops::{Q8_BLOCK, dequantize_q8, grouped_matmul, block_scales, q8_values, quantize_activations_q8, quantize_q8};
+use decider_ops::{
+    Q4_BLOCK, Q8_BLOCK, block_scales, dequantize_q4, dequantize_q8, grouped_matmul, q4_values, q8_values, quantize_activations_q8, quantize_q4, quantize_q8, reference,
+};
 use integration_tests::{LAYOUTS, MODELS, fixture_copy, fixture_path, relative_check, rewrite_tensors};
 use qwen35::decoder::{FeedForward, TokenMixer};
-use qwen35::format::Q8Weight;
+use qwen35::format::{Q4Weight, Q8Weight};
 use qwen35::moe::{Experts, SparseMoeConfig};
 use qwen35::projection::Projection;
 use qwen35::token_table::TokenTable;
@@ -26,33 +32,42 @@ use safetensors::Dtype;
 
 const TOLERANCE: f32 = 1e-4;
 
-/// A copy of a fixture folder whose float weights of whole-block rows are Q8_0 round trips
-/// (written as f32).
-fn rounded_copy(folder: &str) -> tempfile::TempDir {
+/// A copy of a fixture folder whose float weights of whole-block rows are round trips through
+/// the blocks a load in `format` holds them in (written as f32).
+fn rounded_copy(folder: &str, format: WeightFormat) -> tempfile::TempDir {
     let dir = fixture_copy(folder);
     for entry in std::fs::read_dir(dir.path()).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "safetensors") {
-            rewrite_tensors(&path, round_tensor);
+            rewrite_tensors(&path, |name, dtype, shape, data| round_tensor(format, name, dtype, shape, data));
         }
     }
     dir
 }
 
-/// A float tensor whose rows are whole Q8_0 blocks, as its Q8_0 round trip in f32; any other
-/// tensor as it is.
-fn round_tensor(_: &str, dtype: Dtype, shape: Vec<usize>, data: Vec<u8>) -> Option<(Dtype, Vec<usize>, Vec<u8>)> {
+/// A float tensor whose rows are whole blocks, as its round trip in f32 (Q8_0 for q8 and for
+/// q4's token tables, llama.cpp's Q4_0 for q4's other weights); any other tensor as it is.
+fn round_tensor(format: WeightFormat, name: &str, dtype: Dtype, shape: Vec<usize>, data: Vec<u8>) -> Option<(Dtype, Vec<usize>, Vec<u8>)> {
     let whole_blocks = shape.len() >= 2 && shape[shape.len() - 1] % Q8_BLOCK == 0;
     let values: Option<Vec<f32>> = match dtype {
         Dtype::F32 => Some(data.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()),
         Dtype::BF16 => Some(data.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect()),
         _ => None,
     };
+    let table = name.contains("embed_tokens") || name.contains("lm_head");
     Some(match values {
         Some(values) if whole_blocks => {
-            let (q, scales) = quantize_q8(&values, shape[shape.len() - 1]);
-            let rounded: Vec<u8> = dequantize_q8(&q, &scales).iter().flat_map(|v| v.to_le_bytes()).collect();
-            (Dtype::F32, shape, rounded)
+            let rounded = match format {
+                WeightFormat::Q4 if !table => {
+                    let (packed, scales): (Vec<Vec<u8>>, Vec<half::f16>) = values.chunks(Q4_BLOCK).map(reference::llama_q4_0_block).unzip();
+                    dequantize_q4(&packed.concat(), &scales)
+                }
+                _ => {
+                    let (q, scales) = quantize_q8(&values, shape[shape.len() - 1]);
+                    dequantize_q8(&q, &scales)
+                }
+            };
+            (Dtype::F32, shape, rounded.iter().flat_map(|v| v.to_le_bytes()).collect())
         }
         _ => (dtype, shape, data),
     })
@@ -100,30 +115,37 @@ fn projections<B: Qwen35Ops>(model: &Qwen35Model<B>) -> Vec<(String, &Projection
     found
 }
 
-/// Each projection of a q8 load of the rounded checkpoint equals its f32 load's on rounded inputs.
-fn check_model<B: Qwen35Ops>(model_name: &str, layout: &str) {
+/// Each projection of a load in `format` of the rounded checkpoint equals its f32 load's on
+/// rounded inputs, and so do its token tables.
+fn check_model<B: Qwen35Ops>(model_name: &str, layout: &str, format: WeightFormat) {
     let device = Default::default();
-    let dir = rounded_copy(&format!("{model_name}/{layout}"));
+    let dir = rounded_copy(&format!("{model_name}/{layout}"), format);
     let (_, float) = qwen35::load_model_with_weights::<B>(dir.path(), WeightFormat::F32, &device).unwrap();
-    let (_, q8) = qwen35::load_model_with_weights::<B>(dir.path(), WeightFormat::Q8, &device).unwrap();
-    let mut in_q8 = 0;
-    for ((name, expected), (_, actual)) in projections(&float).into_iter().zip(projections(&q8)) {
-        if let Projection::Q8(weight) = actual {
-            // In the int dtype the backend's kernel reads (i8 on ndarray).
-            assert_eq!(weight.values.val().dtype(), B::q8_values_dtype(), "{model_name} {name}");
-            in_q8 += 1;
+    let (_, quantized) = qwen35::load_model_with_weights::<B>(dir.path(), format, &device).unwrap();
+    let mut in_blocks = 0;
+    for ((name, expected), (_, actual)) in projections(&float).into_iter().zip(projections(&quantized)) {
+        // In the int dtype the backend's kernel reads (i8 or u8 on ndarray).
+        let dtype = match (actual, format) {
+            (Projection::Q8(weight), WeightFormat::Q8) => Some((weight.values.val().dtype(), B::q8_values_dtype())),
+            (Projection::Q4(weight), WeightFormat::Q4) => Some((weight.values.val().dtype(), B::q4_values_dtype())),
+            (Projection::Float(_), _) => None,
+            (_, format) => panic!("{model_name} {name}: another block format than {format}"),
+        };
+        if let Some((got, want)) = dtype {
+            assert_eq!(got, want, "{model_name} {name}");
+            in_blocks += 1;
         }
         let [d_in, _] = expected.dims();
-        let x = rounded_input::<B>(9, d_in, in_q8 as u64, &device);
-        let label = format!("{model_name}/{layout} {name}");
+        let x = rounded_input::<B>(9, d_in, in_blocks as u64, &device);
+        let label = format!("{model_name}/{layout} {format} {name}");
         relative_check(&label, &values(actual.forward(x.clone())), &values(expected.forward(x)), TOLERANCE);
     }
-    assert!(in_q8 > 0, "{model_name}: the q8 load kept every projection in f32");
-    check_tables(&format!("{model_name}/{layout}"), &float, &q8);
+    assert!(in_blocks > 0, "{model_name}: the {format} load kept every projection in f32");
+    check_tables(&format!("{model_name}/{layout} {format}"), &float, &quantized);
 }
 
-/// The token tables of a q8 load (the embeddings, and an untied head) are in Q8_0 and give the
-/// f32 load's embeddings and logits: the table is exact for the rounded weights.
+/// The token tables of a q8 or q4 load (the embeddings, and an untied head) are in Q8_0 and give
+/// the f32 load's embeddings and logits: the table is exact for the rounded weights.
 fn check_tables<B: Qwen35Ops>(label: &str, float: &Qwen35Model<B>, q8: &Qwen35Model<B>) {
     let device = Default::default();
     let tables = [("embed_tokens", &float.embed_tokens, &q8.embed_tokens)].into_iter();
@@ -139,7 +161,7 @@ fn check_tables<B: Qwen35Ops>(label: &str, float: &Qwen35Model<B>, q8: &Qwen35Mo
     }
 }
 
-/// Routed experts in Q8_0 equal f32 experts holding the rounded weights, through the grouped
+/// Routed experts in Q8_0 and Q4_0 equal f32 experts holding the rounded weights, through the grouped
 /// matmuls of both formats, with experts of no rows, one row and several (the fixture MoE's
 /// expert width, 16, is not a whole block, so this is checked on a block-sized MoE block).
 fn check_experts<B: Qwen35Ops>() {
@@ -158,41 +180,62 @@ fn check_experts<B: Qwen35Ops>() {
             values: Param::initialized(ParamId::new(), q8_values(q, [batch, d_out, d_in], &device)),
             scales: Param::initialized(ParamId::new(), block_scales(scales, [batch, d_out, d_in / Q8_BLOCK], &device)),
         };
+        let (packed, scales) = quantize_q4(&rows, d_in);
+        let q4_rounded = Tensor::<B, 3>::from_data(TensorData::new(dequantize_q4(&packed, &scales), [batch, d_out, d_in]), &device).swap_dims(1, 2);
+        let q4 = Q4Weight {
+            values: Param::initialized(ParamId::new(), q4_values(packed, [batch, d_out, d_in / 2], &device)),
+            scales: Param::initialized(ParamId::new(), block_scales(scales, [batch, d_out, d_in / Q4_BLOCK], &device)),
+        };
         let counts: [i64; 8] = [3, 0, 1, 7, 0, 0, 2, 5];
         assert_eq!(batch, counts.len());
         let x = rounded_input::<B>(counts.iter().sum::<i64>() as usize, d_in, 3, &device);
         let counts = Tensor::<B, 1, Int>::from_data(TensorData::new(counts.to_vec(), [batch]), &device);
         let expected = grouped_matmul(x.clone(), rounded, counts.clone());
-        relative_check(name, &values(q8.grouped_matmul(x, counts)), &values(expected), TOLERANCE);
+        relative_check(&format!("q8 {name}"), &values(q8.grouped_matmul(x.clone(), counts.clone())), &values(expected), TOLERANCE);
+        let expected = grouped_matmul(x.clone(), q4_rounded, counts.clone());
+        relative_check(&format!("q4 {name}"), &values(q4.grouped_matmul(x, counts)), &values(expected), TOLERANCE);
     }
 }
 
-/// `random:CONFIG` in q8 is the Q8_0 rounding of the same random network in f32: each q8
-/// projection is off its f32 projection by at most the rounding of its weights, `Σ |x| × (max|w|
-/// / 254 + max|w| / 2048)` per output (half a step, plus the scale's f16 rounding; every weight is
-/// within ±1/√in), and not exactly on it. Weights drawn otherwise would be off by their own size.
-fn check_random_model<B: Qwen35Ops>() {
+/// `random:CONFIG` in q8 (q4) is the Q8_0 (Q4_0) rounding of the same random network in f32:
+/// each projection is off its f32 projection by at most the rounding of its weights, and not
+/// exactly on it (weights drawn otherwise would be off by their own size). Every weight is within
+/// `a = 1/√in`. Q8_0 moves a weight by at most half a step plus the f16 rounding of its scale, so
+/// an output by `Σ |x| × a (1/254 + 1/2048)`. A Q4_0 block's squared error is at most that of
+/// llama.cpp's rounding, every weight within half its step `a / 8` (plus its scale's f16
+/// rounding), so a block's error vector has a length of at most `√32 · a / 16 · (1 + 1/128)` and
+/// an output moves by at most that times `Σ_b |x_b|` over the blocks `x_b` of its input.
+fn check_random_model<B: Qwen35Ops>(format: WeightFormat) {
     let device = Default::default();
     let config = decider::demo::demo_config();
     let float = decider::demo::random_model::<B>(&config, WeightFormat::F32, &device);
-    let q8 = decider::demo::random_model::<B>(&config, WeightFormat::Q8, &device);
+    let quantized = decider::demo::random_model::<B>(&config, format, &device);
     let mut worst_share = 0.0f32;
-    for ((name, expected), (_, actual)) in projections(&float).into_iter().zip(projections(&q8)) {
+    for ((name, expected), (_, actual)) in projections(&float).into_iter().zip(projections(&quantized)) {
         let [d_in, _] = expected.dims();
-        assert!(matches!(actual, Projection::Q8(_)), "{name}: the demo's widths are whole blocks");
         let x = rounded_input::<B>(5, d_in, 11, &device);
-        let magnitudes: Vec<f32> = values(x.clone().abs().sum_dim(1));
+        let a = (1.0 / d_in as f32).sqrt();
+        let bounds: Vec<f32> = match format {
+            WeightFormat::Q8 => {
+                assert!(matches!(actual, Projection::Q8(_)), "{name}: the demo's widths are whole blocks");
+                values(x.clone().abs().sum_dim(1).mul_scalar(a * (1.0 / 254.0 + 1.0 / 2048.0)))
+            }
+            _ => {
+                assert!(matches!(actual, Projection::Q4(_)), "{name}: the demo's widths are whole blocks");
+                let block_lengths = x.clone().reshape([5, d_in / Q4_BLOCK, Q4_BLOCK]).powi_scalar(2).sum_dim(2).sqrt().sum_dim(1);
+                values(block_lengths.reshape([5, 1]).mul_scalar(32f32.sqrt() * a / 16.0 * (1.0 + 1.0 / 128.0)))
+            }
+        };
         let (got, want) = (values(actual.forward(x.clone())), values(expected.forward(x)));
-        let d_out = got.len() / magnitudes.len();
-        let step = (1.0 / d_in as f32).sqrt() * (1.0 / 254.0 + 1.0 / 2048.0);
+        let d_out = got.len() / bounds.len();
         for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-            let bound = magnitudes[k / d_out] * step + 1e-5;
-            assert!((g - w).abs() <= bound, "{name} output {k}: q8 {g} vs f32 {w}, more than {bound} apart");
+            let bound = bounds[k / d_out] + 1e-5;
+            assert!((g - w).abs() <= bound, "{name} output {k}: {format} {g} vs f32 {w}, more than {bound} apart");
             worst_share = worst_share.max((g - w).abs() / bound);
         }
     }
-    assert!(worst_share > 0.0, "the q8 network equals the f32 one: the format was not applied");
-    check_random_table(&float.embed_tokens, &q8.embed_tokens);
+    assert!(worst_share > 0.0, "the {format} network equals the f32 one: the format was not applied");
+    check_random_table(&float.embed_tokens, &quantized.embed_tokens);
 }
 
 /// The demo's q8 embeddings are the Q8_0 rounding of its f32 ones (each value within half a
@@ -239,19 +282,33 @@ macro_rules! weight_formats {
             fn q8_projections_equal_f32_on_rounded_weights() {
                 for model in MODELS {
                     for layout in LAYOUTS {
-                        check_model::<B>(model, layout);
+                        check_model::<B>(model, layout, WeightFormat::Q8);
                     }
                 }
             }
 
             #[test]
-            fn q8_experts_equal_f32_experts_on_rounded_weights() {
+            fn q4_projections_equal_f32_on_rounded_weights() {
+                for model in MODELS {
+                    for layout in LAYOUTS {
+                        check_model::<B>(model, layout, WeightFormat::Q4);
+                    }
+                }
+            }
+
+            #[test]
+            fn block_experts_equal_f32_experts_on_rounded_weights() {
                 check_experts::<B>();
             }
 
             #[test]
             fn a_random_network_in_q8_is_the_rounding_of_the_f32_one() {
-                check_random_model::<B>();
+                check_random_model::<B>(WeightFormat::Q8);
+            }
+
+            #[test]
+            fn a_random_network_in_q4_is_the_rounding_of_the_f32_one() {
+                check_random_model::<B>(WeightFormat::Q4);
             }
 
             #[test]

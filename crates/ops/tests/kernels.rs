@@ -654,20 +654,6 @@ fn q8_blocks_round_as_llama_cpp_q8_0() {
     }
 }
 
-/// llama.cpp's `quantize_row_q4_0_ref` (ggml/src/ggml-quants.c) for one block, written out.
-fn llama_q4_0(block: &[f32]) -> (Vec<u8>, f16) {
-    let (mut amax, mut max) = (0f32, 0f32);
-    for &v in block {
-        if amax < v.abs() {
-            (amax, max) = (v.abs(), v);
-        }
-    }
-    let d = max / -8.0;
-    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-    let nibble = |v: f32| ((v * id + 8.5) as i8).min(15) as u8;
-    ((0..16).map(|j| nibble(block[j]) | (nibble(block[j + 16]) << 4)).collect(), f16::from_f32(d))
-}
-
 /// The squared error, in f64, of Q4_0 blocks against the weights they stand for.
 fn q4_errors(weights: &[f32], packed: &[u8], scales: &[f16]) -> Vec<f64> {
     let rounded = dequantize_q4(packed, scales);
@@ -696,7 +682,7 @@ fn q4_blocks_are_llama_cpp_q4_0_with_a_better_scale() {
     for (name, weights) in [("uniform", uniform), ("heavy-tailed", tailed)] {
         let (packed, scales) = quantize_q4(&weights, 8 * Q4_BLOCK);
         let ours = q4_errors(&weights, &packed, &scales);
-        let (llama_packed, llama_scales): (Vec<Vec<u8>>, Vec<f16>) = weights.chunks(Q4_BLOCK).map(llama_q4_0).unzip();
+        let (llama_packed, llama_scales): (Vec<Vec<u8>>, Vec<f16>) = weights.chunks(Q4_BLOCK).map(reference::llama_q4_0_block).unzip();
         let theirs = q4_errors(&weights, &llama_packed.concat(), &llama_scales);
         for (b, (ours, theirs)) in ours.iter().zip(&theirs).enumerate() {
             assert!(ours <= theirs, "{name} block {b}: error {ours:e}, llama.cpp's {theirs:e}");
