@@ -261,4 +261,20 @@ fn a_weight_stored_twice_or_without_its_values_is_named() {
     as_one_file(folder.path(), tensors.tensors().into_iter().filter(|(name, _)| *name != format!("{EMBED}.q8_values")).collect());
     let message = load_error(folder.path());
     assert!(message.contains(&format!("missing tensor `{EMBED}.q8_values`")), "{message}");
+    // A q4 folder: q_proj also in Q8_0 blocks (two formats), and its Q4_0 scales without values.
+    let q_proj = "model.layers.3.self_attn.q_proj.weight";
+    let (q8_folder, q4_folder) = (quantized("dense/save_pretrained", WeightFormat::Q8), quantized("dense/save_pretrained", WeightFormat::Q4));
+    let (q8_bytes, q4_bytes) = (shard_bytes(q8_folder.path()), shard_bytes(q4_folder.path()));
+    let (q8_tensors, q4_tensors) = (SafeTensors::deserialize(&q8_bytes).unwrap(), SafeTensors::deserialize(&q4_bytes).unwrap());
+    let mut views = q4_tensors.tensors();
+    views.extend(q8_tensors.tensors().into_iter().filter(|(name, _)| name.starts_with(&format!("{q_proj}.q8_"))));
+    as_one_file(q4_folder.path(), views);
+    let message = load_error_in(q4_folder.path(), WeightFormat::Q4);
+    assert!(message.contains(&format!("`{q_proj}`: stored both as `{q_proj}.q8_values` and as `{q_proj}.q4_values`")), "{message}");
+    let folder = quantized("dense/save_pretrained", WeightFormat::Q4);
+    let bytes = shard_bytes(folder.path());
+    let tensors = SafeTensors::deserialize(&bytes).unwrap();
+    as_one_file(folder.path(), tensors.tensors().into_iter().filter(|(name, _)| *name != format!("{q_proj}.q4_values")).collect());
+    let message = load_error_in(folder.path(), WeightFormat::Q4);
+    assert!(message.contains(&format!("missing tensor `{q_proj}.q4_values`")), "{message}");
 }

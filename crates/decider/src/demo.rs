@@ -49,7 +49,7 @@ pub fn random_model<B: Qwen35Ops>(config: &Qwen35Config, weights: WeightFormat, 
 }
 
 /// Replaces every float parameter, in module order, with uniform values in ±1/√fan_in
-/// (±0.5 for vectors), each parameter from its own stream of [`DEMO_SEED`]. A Q8_0 weight
+/// (±0.5 for vectors), each parameter from its own stream of [`DEMO_SEED`]. A Q8_0 or Q4_0 weight
 /// draws its f32 weight from the stream the f32 parameter would (in the f32 orientation: `[in,
 /// out]` for a projection, `[vocab, hidden]` for a token table), then holds its rounding:
 /// values, and the scales that follow them.

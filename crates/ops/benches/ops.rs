@@ -14,7 +14,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor, TensorData};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use decider_ops::{
-    DenseMatmul, ExpertCount, Q8_BLOCK, Q8Matmul, UnitLowerInverse, expert_count, generic, grouped_matmul, grouped_q8_matmul, q8_matmul, block_scales, q8_values,
+    DenseMatmul, ExpertCount, Q8_BLOCK, Q8Matmul, UnitLowerInverse, expert_count, generic, grouped_matmul, grouped_q8_matmul, block_scales, q8_matmul, q8_values,
     quantize_q8, reference, unit_lower_inverse,
 };
 

@@ -103,7 +103,7 @@ pub fn q8_matmul<B: Backend>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales:
     round_activations_q8(x).matmul(weight.reshape([out, d_in]).transpose())
 }
 
-/// `round_q8(x) · Wᵀ` with the Q4_0 weight unpacked and dequantized first ([`dequantize_q4`]),
+/// `round_q8(x) · Wᵀ` with the Q4_0 weight unpacked and dequantized first ([`q4_weight`]),
 /// then one float matmul on the rounded activations.
 pub fn q4_matmul<B: Backend>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>) -> Tensor<B, 2> {
     let [out, _] = values.dims();
@@ -112,13 +112,13 @@ pub fn q4_matmul<B: Backend>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales:
         // burn-ndarray 0.21's matmul divides by the row count.
         return Tensor::zeros([0, out], &x.device());
     }
-    round_activations_q8(x).matmul(dequantize_q4(values, scales).transpose())
+    round_activations_q8(x).matmul(q4_weight(values, scales).transpose())
 }
 
 /// The weight `[rows, in]` that Q4_0 packed `values [rows, in / 2]` (in Q4_0's order) and their
 /// `scales [rows, in / 32]` stand for, in tensor ops: each byte `b` is `16 h + l`, value `j` of
 /// its block `l` and value `j + 16` `h`, each standing for `(q - 8) · d`. Exact in f32.
-pub fn dequantize_q4<B: Backend>(values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>) -> Tensor<B, 2> {
+pub fn q4_weight<B: Backend>(values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>) -> Tensor<B, 2> {
     let [rows, half_in] = values.dims();
     let blocks = 2 * half_in / crate::Q4_BLOCK;
     let bytes = values.float().reshape([rows, blocks, crate::Q4_BLOCK / 2]);

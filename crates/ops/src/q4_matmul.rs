@@ -126,8 +126,11 @@ const SCALE_STEPS: i32 = 2;
 /// (`q4_blocks_are_llama_cpp_q4_0_with_a_better_scale` in `crates/ops/tests/kernels.rs`).
 pub fn quantize_q4_block(block: &[f32], packed: &mut [u8]) -> f16 {
     let max = block.iter().fold(0f32, |m, &w| if w.abs() > m.abs() { w } else { m });
-    let (mut best, mut best_error) = (0.0, f32::INFINITY);
-    for step in std::iter::once(0).chain((-SCALE_STEPS..=SCALE_STEPS).filter(|&k| k != 0)) {
+    // llama.cpp's scale first, and kept unless another is strictly better (also when a value
+    // is not finite and every error is NaN).
+    let mut best = max / -8.0;
+    let mut best_error = q4_error(block, best);
+    for step in (-SCALE_STEPS..=SCALE_STEPS).filter(|&k| k != 0) {
         let d = max / (-8.0 + step as f32 / 4.0);
         let error = q4_error(block, d);
         if error < best_error {

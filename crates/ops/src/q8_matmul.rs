@@ -5,7 +5,7 @@
 //! `round(w / d)` as `i8`, so `w ≈ value * d`. As in llama.cpp's `quantize_row_q8_0_ref`
 //! (ggml/src/ggml-quants.c), the values are rounded with the f32 scale and the scale is then
 //! stored as an f16: 34 bytes a block, 1.0625 a weight. Tensors hold the f16's bits
-//! ([`q8_scales`]) as ints, since not every backend has f16 floats (ndarray has none).
+//! ([`block_scales`]) as ints, since not every backend has f16 floats (ndarray has none).
 //!
 //! The activations are rounded to 8-bit blocks too, as llama.cpp's CPU matmul does before its
 //! integer dot (`ggml_vec_dot_q8_0_q8_0` in ggml/src/ggml-cpu/quants.c): each block of 32 input
@@ -48,7 +48,7 @@ pub trait Q8Matmul: Backend {
     }
 
     /// `x`: `[n, in]`; `values`: `[out, in]` ints in `-127..=127`, in the order of
-    /// [`Q8Matmul::q8_layout`]; `scales`: `[out, in / 32]` f16 bits ([`q8_scales`]). Returns
+    /// [`Q8Matmul::q8_layout`]; `scales`: `[out, in / 32]` f16 bits ([`block_scales`]). Returns
     /// `[n, out]`.
     fn q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>) -> FloatTensor<Self> {
         let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
@@ -120,8 +120,9 @@ pub fn block_scales<B: Q8Matmul, const D: usize>(scales: Vec<f16>, shape: impl I
     Tensor::from_data(TensorData::new(bits, shape), (device, B::block_scales_dtype()))
 }
 
-/// The f32 values of finite f16 bits (block scales: [`block_scales`]), in tensor ops on any
-/// backend. Bits `b` are a sign `s = b / 32768` and a magnitude `b - 32768 s` of exponent field
+/// The f32 values of finite f16 bits (block scales of Q8_0 or Q4_0: [`block_scales`]), in
+/// tensor ops on any backend whose float element is f32 (every backend here), where each step is
+/// exact. Bits `b` are a sign `s = b / 32768` and a magnitude `b - 32768 s` of exponent field
 /// `e` and mantissa field `m`: `(1024 + m) · 2^(e - 25)`, or `m · 2^-24` when `e` is 0, both
 /// `(magnitude - (max(e, 1) - 1) · 1024) · 2^(max(e, 1) - 25)`. Every step is exact in f32, the
 /// powers of two read from a table.

@@ -685,7 +685,9 @@ fn q4_blocks_are_llama_cpp_q4_0_with_a_better_scale() {
         let (llama_packed, llama_scales): (Vec<Vec<u8>>, Vec<f16>) = weights.chunks(Q4_BLOCK).map(reference::llama_q4_0_block).unzip();
         let theirs = q4_errors(&weights, &llama_packed.concat(), &llama_scales);
         for (b, (ours, theirs)) in ours.iter().zip(&theirs).enumerate() {
-            assert!(ours <= theirs, "{name} block {b}: error {ours:e}, llama.cpp's {theirs:e}");
+            // The quantizer compares its candidates' errors in f32: a tie there may differ here
+            // in the last bits.
+            assert!(*ours <= theirs * (1.0 + 1e-5), "{name} block {b}: error {ours:e}, llama.cpp's {theirs:e}");
         }
         let ratio = ours.iter().sum::<f64>() / theirs.iter().sum::<f64>();
         println!("{name}: squared error {ratio:.3} of llama.cpp's Q4_0");

@@ -4,7 +4,8 @@
 //! The folder written is the source folder's other files (config, tokenizer, decider config)
 //! beside shards `model-NNNNN.safetensors` and `model.safetensors.index.json`. The shards hold
 //! each tensor the model reads, under its checkpoint name: a weight held in Q8_0 as
-//! `{name}.q8_values` and `{name}.q8_scales` ([`crate::checkpoint::Q8_VALUES`]), every other
+//! `{name}.q8_values` and `{name}.q8_scales` ([`crate::checkpoint::Q8_VALUES`]), one held in Q4_0
+//! as `{name}.q4_values` and `{name}.q4_scales` ([`crate::checkpoint::Q4_VALUES`]), every other
 //! tensor in f32, and each shard's metadata names the format ([`crate::checkpoint::FORMAT_KEY`]).
 //! Tensors the model does not read (a vision tower, MTP) are left out. The tensors are read by
 //! the loader itself (`CheckpointFiller::writing_to`), so a quantized folder holds exactly the

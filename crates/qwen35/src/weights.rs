@@ -337,7 +337,8 @@ impl<B: BlockOps> ModuleMapper<B> for CheckpointFiller<'_, B> {
     }
 }
 
-/// A way of reading a checkpoint tensor: [`Checkpoint::read_f32`] or [`Checkpoint::read_q8`].
+/// A way of reading a checkpoint tensor: [`Checkpoint::read_f32`], [`Checkpoint::read_q8`] or
+/// [`Checkpoint::read_q4`].
 type Reader<T> = fn(&Checkpoint, &str, &[usize]) -> Result<T, LoadError>;
 
 /// What a reader returns, stacked from per-expert tensors.

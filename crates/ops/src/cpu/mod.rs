@@ -305,7 +305,7 @@ pub fn grouped_matmul(x: &[f32], counts: &[usize], weights: &[f32], d_in: usize,
 /// If the slices do not match the shapes (`counts` summing to `rows`).
 pub fn grouped_q8_matmul(x: &[f32], counts: &[usize], values: &[i8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
     let (size, blocks) = (d_out * d_in, d_out * d_in / crate::Q8_BLOCK);
-    check_grouped(x, counts, d_in, values.len() == counts.len() * size && scales.len() == counts.len() * blocks);
+    check_grouped(x, counts, d_in, (values.len(), scales.len()), (size, blocks));
     per_expert(x, counts, d_in, |e, x, rows| q8_matmul(x, rows, &values[e * size..][..size], &scales[e * blocks..][..blocks], d_out, d_in))
 }
 
@@ -316,18 +316,20 @@ pub fn grouped_q8_matmul(x: &[f32], counts: &[usize], values: &[i8], scales: &[f
 /// If the slices do not match the shapes (`counts` summing to `rows`).
 pub fn grouped_q4_matmul(x: &[f32], counts: &[usize], packed: &[u8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
     let (size, blocks) = (d_out * d_in / 2, d_out * d_in / crate::Q4_BLOCK);
-    check_grouped(x, counts, d_in, packed.len() == counts.len() * size && scales.len() == counts.len() * blocks);
+    check_grouped(x, counts, d_in, (packed.len(), scales.len()), (size, blocks));
     per_expert(x, counts, d_in, |e, x, rows| q4_matmul(x, rows, &packed[e * size..][..size], &scales[e * blocks..][..blocks], d_out, d_in))
 }
 
-/// Panics unless `x` holds the rows `counts` sum to and the weights match (`weights_match`).
-fn check_grouped(x: &[f32], counts: &[usize], d_in: usize, weights_match: bool) {
-    let rows: usize = counts.iter().sum();
+/// Panics unless `x` holds the rows `counts` sum to and the weights' `(values, scales)` lengths
+/// are `each` (per expert) times the experts.
+fn check_grouped(x: &[f32], counts: &[usize], d_in: usize, (values, scales): (usize, usize), each: (usize, usize)) {
+    let (rows, experts) = (counts.iter().sum::<usize>(), counts.len());
     assert!(
-        x.len() == rows * d_in && weights_match,
-        "grouped matmul: x has {} values for {rows} rows of {d_in}, or the weights do not match {} experts",
+        x.len() == rows * d_in && (values, scales) == (experts * each.0, experts * each.1),
+        "grouped matmul: x has {} values for {rows} rows of {d_in}; values {values} and scales {scales} for {experts} experts of {} and {}",
         x.len(),
-        counts.len()
+        each.0,
+        each.1
     );
 }
 

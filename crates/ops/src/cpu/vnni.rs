@@ -20,7 +20,7 @@ use std::arch::x86_64::*;
 use half::f16;
 use rayon::prelude::*;
 
-use crate::Q8_BLOCK;
+use crate::{Q4_BLOCK, Q8_BLOCK};
 
 /// Weight rows per group: the 16 i32 lanes of a 512-bit register.
 const GROUP: usize = 16;
@@ -36,7 +36,7 @@ pub fn available() -> bool {
 /// for each group of 16 rows (the last may have fewer, `r`), for each `k` step of 4 inputs, `r ×
 /// 4` bytes (row by row, 4 inputs each). A permutation: the same values, the same count.
 pub fn q8_layout(values: &[i8], d_out: usize, d_in: usize) -> Vec<i8> {
-    regroup(values, d_out, d_in, d_in, |grouped, rows, width| {
+    regroup(values, d_out, d_in, |grouped, rows, width| {
         for (r, row) in rows.chunks_exact(d_in).enumerate() {
             for (step, four) in row.chunks_exact(4).enumerate() {
                 grouped[step * width * 4 + r * 4..][..4].copy_from_slice(four);
@@ -51,12 +51,13 @@ pub fn q8_layout(values: &[i8], d_out: usize, d_in: usize) -> Vec<i8> {
 /// nibble and input `8 p + 4 + i` in its high one. The same values, the same count of bytes.
 pub fn q4_layout(packed: &[u8], d_out: usize, d_in: usize) -> Vec<u8> {
     let row_bytes = d_in / 2;
-    regroup(packed, d_out, d_in, row_bytes, |grouped, rows, width| {
+    regroup(packed, d_out, row_bytes, |grouped, rows, width| {
+        const HALF: usize = Q4_BLOCK / 2;
         for (r, row) in rows.chunks_exact(row_bytes).enumerate() {
             // Input `i` of the row: in block `i / 32`, byte `i % 16`, low nibble for the first 16.
             let value = |i: usize| {
-                let byte = row[i / Q8_BLOCK * 16 + i % 16];
-                if i % Q8_BLOCK < 16 { byte & 15 } else { byte >> 4 }
+                let byte = row[i / Q4_BLOCK * HALF + i % HALF];
+                if i % Q4_BLOCK < HALF { byte & 15 } else { byte >> 4 }
             };
             for pair in 0..d_in / 8 {
                 for k in 0..4 {
@@ -70,9 +71,9 @@ pub fn q4_layout(packed: &[u8], d_out: usize, d_in: usize) -> Vec<u8> {
 /// Applies `fill(grouped, rows, width)` to each group of up to 16 rows (`width` of them) of each
 /// weight `[d_out, _]` of a stack held as `row_bytes` elements a row; in parallel over groups,
 /// which never cross a weight.
-fn regroup<T: Copy + Default + Send + Sync>(values: &[T], d_out: usize, d_in: usize, row_bytes: usize, fill: impl Fn(&mut [T], &[T], usize) + Sync) -> Vec<T> {
+fn regroup<T: Copy + Default + Send + Sync>(values: &[T], d_out: usize, row_bytes: usize, fill: impl Fn(&mut [T], &[T], usize) + Sync) -> Vec<T> {
     let mut grouped = vec![T::default(); values.len()];
-    if values.is_empty() || d_in == 0 {
+    if values.is_empty() || row_bytes == 0 {
         return grouped;
     }
     let weight = d_out * row_bytes;
@@ -253,15 +254,15 @@ unsafe fn round_block(block: &[f32], values: &mut [i8], scale: &mut f32, sum: &m
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn tile<P: Packing, const C: usize>(group: &Group, x: &Activations, token: usize, out: *mut f32, d_out: usize) {
     let blocks = x.d_in / Q8_BLOCK;
-    let row_bytes: u64 = if group.rows == GROUP { !0 } else { (1u64 << (group.rows * 4)) - 1 };
-    let row_lanes: u16 = if group.rows == GROUP { !0 } else { (1u16 << group.rows) - 1 };
+    let byte_mask: u64 = if group.rows == GROUP { !0 } else { (1u64 << (group.rows * 4)) - 1 };
+    let lane_mask: u16 = if group.rows == GROUP { !0 } else { (1u16 << group.rows) - 1 };
     let pair_bytes = group.rows * P::PAIR_BYTES;
     let mut sums = [_mm512_setzero_ps(); C];
     for b in 0..blocks {
         let mut dots: [__m512i; C] = std::array::from_fn(|j| _mm512_set1_epi32(-P::BIAS * x.sums[(token + j) * blocks + b]));
         for pair in b * Q8_BLOCK / 8..(b + 1) * Q8_BLOCK / 8 {
             // SAFETY: the group holds `rows × PAIR_BYTES` bytes for each pair of steps.
-            let w = unsafe { P::pair(group.weights.as_ptr().add(pair * pair_bytes), group.rows, row_bytes) };
+            let w = unsafe { P::pair(group.weights.as_ptr().add(pair * pair_bytes), group.rows, byte_mask) };
             for (j, dot) in dots.iter_mut().enumerate() {
                 // SAFETY: token `token + j < n`, inputs `8 pair..8 pair + 8 <= d_in`.
                 let eight = unsafe { x.values.as_ptr().add((token + j) * x.d_in + pair * 8).cast::<[i32; 2]>().read_unaligned() };
@@ -278,6 +279,6 @@ unsafe fn tile<P: Packing, const C: usize>(group: &Group, x: &Activations, token
     }
     for (j, sum) in sums.into_iter().enumerate() {
         // SAFETY: the caller's `out` plus token `j`'s row holds the group's `rows` columns.
-        unsafe { _mm512_mask_storeu_ps(out.add(j * d_out), row_lanes, sum) };
+        unsafe { _mm512_mask_storeu_ps(out.add(j * d_out), lane_mask, sum) };
     }
 }
