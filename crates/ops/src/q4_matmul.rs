@@ -121,9 +121,9 @@ const SCALE_STEPS: i32 = 2;
 /// `-2..=2` (a coarse form of the search llama.cpp's `make_qx_quants` does for its k-quants; a
 /// step of 1/16 measured no better), each rounded the same way, and keeps the one whose stored
 /// block has the least squared error (llama.cpp's on ties), then the least-squares scale of that
-/// rounding where it does better still. Never worse than
-/// llama.cpp's Q4_0 on any block; 11–14 % less squared error on random rows
-/// (`q4_blocks_are_llama_cpp_q4_0_with_a_better_scale` in `crates/ops/tests/kernels.rs`).
+/// rounding where it does better still. Never worse than llama.cpp's Q4_0 on any block; 11–14 %
+/// less squared error on random rows (`q4_blocks_are_llama_cpp_q4_0_with_a_better_scale` in
+/// `crates/ops/tests/kernels.rs`).
 pub fn quantize_q4_block(block: &[f32], packed: &mut [u8]) -> f16 {
     let max = block.iter().fold(0f32, |m, &w| if w.abs() > m.abs() { w } else { m });
     // llama.cpp's scale first, and kept unless another is strictly better (also when a value
@@ -137,8 +137,7 @@ pub fn quantize_q4_block(block: &[f32], packed: &mut [u8]) -> f16 {
             (best, best_error) = (d, error);
         }
     }
-    // The least-squares scale of the best rounding, `Σ w q / Σ q²` (`q` signed), rounds alike or
-    // better.
+    // The least-squares scale of the best rounding, `Σ w q / Σ q²` (`q` signed), tried last.
     let inverse = inverse(best);
     let (wq, qq) = block.iter().fold((0f32, 0f32), |(wq, qq), &w| {
         let q = q4_value(w, inverse) as f32 - 8.0;
