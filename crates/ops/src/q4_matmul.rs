@@ -125,6 +125,25 @@ const SCALE_STEPS: i32 = 2;
 /// less squared error on random rows (`q4_blocks_are_llama_cpp_q4_0_with_a_better_scale` in
 /// `crates/ops/tests/kernels.rs`).
 pub fn quantize_q4_block(block: &[f32], packed: &mut [u8]) -> f16 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the CPU has AVX-512F (checked just above, cached by the standard library).
+        return unsafe { search_avx512(block, packed) };
+    }
+    search(block, packed)
+}
+
+/// [`search`] compiled for AVX-512, where its lanes run as one instruction each: the same
+/// operations in the same order, so the same blocks.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn search_avx512(block: &[f32], packed: &mut [u8]) -> f16 {
+    search(block, packed)
+}
+
+/// The body of [`quantize_q4_block`], inlined into each instruction set's version.
+#[inline(always)]
+fn search(block: &[f32], packed: &mut [u8]) -> f16 {
     let max = block.iter().fold(0f32, |m, &w| if w.abs() > m.abs() { w } else { m });
     // llama.cpp's scale first, and kept unless another is strictly better (also when a value
     // is not finite and every error is NaN).
@@ -152,6 +171,7 @@ pub fn quantize_q4_block(block: &[f32], packed: &mut [u8]) -> f16 {
 
 /// The squared error of `block` rounded with the f32 scale `d` and stored with its f16. Summed
 /// in 8 lanes, so that the loop vectorizes (this search is most of a q4 load's time).
+#[inline(always)]
 fn q4_error(block: &[f32], d: f32) -> f32 {
     let (inverse, stored) = (inverse(d), f16::from_f32(d).to_f32());
     let mut lanes = [0f32; 8];
@@ -165,6 +185,7 @@ fn q4_error(block: &[f32], d: f32) -> f32 {
 }
 
 /// Writes `block` rounded with the f32 scale `d` as Q4_0's packed bytes.
+#[inline(always)]
 fn round_q4(block: &[f32], d: f32, packed: &mut [u8]) {
     let (inverse, half) = (inverse(d), Q4_BLOCK / 2);
     for (j, byte) in packed.iter_mut().enumerate() {
@@ -173,6 +194,7 @@ fn round_q4(block: &[f32], d: f32, packed: &mut [u8]) {
 }
 
 /// `1 / d`, or 0 for a zero scale (a zero block: every value 8, standing for 0).
+#[inline(always)]
 fn inverse(d: f32) -> f32 {
     if d != 0.0 { 1.0 / d } else { 0.0 }
 }
