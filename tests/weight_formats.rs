@@ -1,6 +1,7 @@
 //! The weight formats are exact for what they store: every projection, expert and token table
 //! (embeddings, output head) of a model loaded in Q8_0 or Q4_0 gives the same outputs as the f32
-//! path on the same weights rounded to the format and back. This isolates the kernels and the
+//! path on the same weights rounded to the format and back; a whole model loaded in f16 or bf16
+//! gives the f32 load's logits on the same weights. This isolates the kernels and the
 //! layout of the blocks (orientation, block order, scales, packing, the kernel's own order of the
 //! values, experts) from the rounding itself, whose effect on decisions is a separate, reported
 //! figure.
@@ -272,6 +273,56 @@ fn check_partial_blocks<B: Qwen35Ops>() {
     assert!(matches!(moe.shared_expert.down_proj, Projection::Float(_)), "its down projection's input (24) is not");
 }
 
+/// A copy of a fixture folder with every float tensor rounded to f16 (written as f32).
+fn f16_copy(folder: &str) -> tempfile::TempDir {
+    let dir = fixture_copy(folder);
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "safetensors") {
+            rewrite_tensors(&path, |_, dtype, shape, data| {
+                let values: Vec<f32> = match dtype {
+                    Dtype::F32 => data.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect(),
+                    Dtype::BF16 => data.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+                    _ => return Some((dtype, shape, data)),
+                };
+                Some((Dtype::F32, shape, values.iter().flat_map(|&v| half::f16::from_f32(v).to_f32().to_le_bytes()).collect()))
+            });
+        }
+    }
+    dir
+}
+
+/// A load in f16 or bf16 holds every projection, expert and token table in that format and is
+/// the f32 load of the same weights: whole-model logits agree, since nothing else is rounded
+/// (the activations stay f32). The fixtures' weights are bf16 values, so their bf16 load is
+/// their f32 load; for f16 the checkpoint is first rounded to f16.
+fn check_half_model<B: Qwen35Ops>(model_name: &str, layout: &str, format: WeightFormat) {
+    let device = Default::default();
+    let folder = format!("{model_name}/{layout}");
+    let dir = match format {
+        WeightFormat::F16 => f16_copy(&folder),
+        _ => fixture_copy(&folder),
+    };
+    let (_, float) = qwen35::load_model_with_weights::<B>(dir.path(), WeightFormat::F32, &device).unwrap();
+    let (_, half) = qwen35::load_model_with_weights::<B>(dir.path(), format, &device).unwrap();
+    let in_format = |projection: &Projection<B>| matches!((projection, format), (Projection::F16(_), WeightFormat::F16) | (Projection::Bf16(_), WeightFormat::Bf16));
+    for (name, projection) in projections(&half) {
+        assert!(in_format(projection), "{folder} {name}: not in {format}");
+    }
+    for layer in &half.layers {
+        if let FeedForward::Sparse(moe) = &layer.mlp {
+            assert!(matches!((&moe.experts, format), (Experts::F16(_), WeightFormat::F16) | (Experts::Bf16(_), WeightFormat::Bf16)), "{folder}: experts not in {format}");
+        }
+    }
+    for table in [Some(&half.embed_tokens), half.lm_head.as_ref()].into_iter().flatten() {
+        assert!(matches!((table, format), (TokenTable::F16(_), WeightFormat::F16) | (TokenTable::Bf16(_), WeightFormat::Bf16)), "{folder}: a token table not in {format}");
+    }
+    let [vocab, _] = float.embed_tokens.dims();
+    let ids: Vec<i64> = (0..2 * 37).map(|i| (i * 89 + 5) as i64 % vocab as i64).collect();
+    let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [2, 37]), &device);
+    relative_check(&format!("{folder} {format} logits"), &values(half.forward(ids.clone())), &values(float.forward(ids)), TOLERANCE);
+}
+
 macro_rules! weight_formats {
     ($name:ident, $backend:ty, $about:literal) => {
         mod $name {
@@ -292,6 +343,16 @@ macro_rules! weight_formats {
                 for model in MODELS {
                     for layout in LAYOUTS {
                         check_model::<B>(model, layout, WeightFormat::Q4);
+                    }
+                }
+            }
+
+            #[test]
+            fn half_formats_equal_f32_on_the_same_weights() {
+                for model in MODELS {
+                    for layout in LAYOUTS {
+                        check_half_model::<B>(model, layout, WeightFormat::Bf16);
+                        check_half_model::<B>(model, layout, WeightFormat::F16);
                     }
                 }
             }

@@ -5,6 +5,7 @@
 //!   environment in `target/`).
 //! - `bench`: run the benchmarks.
 //! - `jevbench`: the JevBench public items against a model or a `/v1/systemone` endpoint.
+//! - `accuracy`: the weight formats' effect on decisions, against llama.cpp's rounding.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -38,6 +39,10 @@ enum Task {
     /// Run the 231 JevBench public items against a model (in-process) or an endpoint and score
     /// them as JevBench does; writes results.json, records.jsonl and report.html.
     Jevbench(xtask::jevbench::JevbenchArgs),
+    /// How far each weight format moves the JevBench decision probabilities from f32, against
+    /// how far llama.cpp's rounding of the same weights moves them in transformers (the
+    /// yardstick and the model come from xtask/accuracy/reference.py).
+    Accuracy(xtask::accuracy::AccuracyArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -72,6 +77,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Task::Jevbench(args) => decider_cli::backend::dispatch(args.backend, &args),
+        Task::Accuracy(args) => decider_cli::backend::dispatch(args.backend, &args),
         Task::Bench => {
             let cargo = || {
                 let mut command = Command::new(env!("CARGO"));

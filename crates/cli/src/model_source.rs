@@ -15,9 +15,10 @@ use qwen35::{Qwen35Config, Qwen35Model, Qwen35Ops, WeightChoice, WeightFormat};
 /// lists which parameters that covers).
 #[derive(clap::Args, Clone, Debug)]
 pub struct WeightsArg {
-    /// Weight format of the projections, experts and token tables: f32 (exact), q8 (8-bit
-    /// blocks of 32, llama.cpp's Q8_0), q4 (4-bit blocks of 32, llama.cpp's Q4_0 layout; token
-    /// tables 8-bit), or auto (the format a `decider quantize`d folder is stored in, else f32).
+    /// Weight format of the projections, experts and token tables: f32 (exact), bf16 (exact
+    /// for a bf16 checkpoint, half the memory), f16, q8 (8-bit blocks of 32, llama.cpp's Q8_0),
+    /// q4 (4-bit blocks of 32, llama.cpp's Q4_0 layout; token tables 8-bit), or auto (the
+    /// format a `decider quantize`d folder is stored in, else f32).
     #[arg(long = "weights", default_value_t = WeightChoice::Auto)]
     pub choice: WeightChoice,
 }

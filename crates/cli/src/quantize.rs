@@ -1,5 +1,5 @@
-//! `decider quantize`: a model folder whose weights are stored in a block format, loaded by
-//! memory map with no quantizing (`qwen35::quantize`).
+//! `decider quantize`: a model folder whose weights are stored in a block format (or as 16-bit
+//! floats), loaded by memory map with no quantizing (`qwen35::quantize`).
 
 use std::path::PathBuf;
 
@@ -14,18 +14,18 @@ pub struct QuantizeArgs {
     /// Model folder or Hub id (owner/name) to quantize.
     #[arg(long)]
     pub model: ModelSource,
-    /// Block format to store the weights in: q8 (llama.cpp's Q8_0) or q4 (Q4_0).
-    #[arg(long, value_parser = block_format)]
+    /// Format to store the weights in: q8 (llama.cpp's Q8_0), q4 (Q4_0), f16 or bf16.
+    #[arg(long, value_parser = stored_format)]
     pub to: WeightFormat,
     /// The folder to write: new, or empty.
     #[arg(long)]
     pub out: PathBuf,
 }
 
-/// A weight format that stores blocks.
-fn block_format(name: &str) -> Result<WeightFormat, String> {
+/// A weight format other than the checkpoint's own f32.
+fn stored_format(name: &str) -> Result<WeightFormat, String> {
     match name.parse()? {
-        WeightFormat::F32 => Err("f32 is not a block format (quantize writes q8 or q4)".into()),
+        WeightFormat::F32 => Err("f32 keeps the checkpoint's own values (quantize writes q8, q4, f16 or bf16)".into()),
         format => Ok(format),
     }
 }

@@ -159,7 +159,8 @@ fn forward_runs_the_demo_model_as_the_library_builds_it() {
 }
 
 /// `decider quantize` writes a folder that `decider forward` reads into the logits that
-/// quantizing the source at load gives; it refuses f32 and a folder that is not empty.
+/// quantizing (or rounding to f16) the source at load gives; it refuses f32 and a folder that is
+/// not empty.
 #[test]
 fn quantize_writes_a_folder_that_loads_like_quantizing_at_load() {
     let dir = tempfile::tempdir().unwrap();
@@ -186,7 +187,12 @@ fn quantize_writes_a_folder_that_loads_like_quantizing_at_load() {
     assert!(quantize("q4", &q4).status.success());
     let at_load = logits(&fixture_path("moe/save_pretrained"), &["--weights", "q4"], "q4-at-load");
     assert_eq!(logits(&q4, &[], "q4-auto"), at_load);
-    for (to, out, message) in [("f32", dir.path().join("f32"), "f32 is not a block format"), ("q8", quantized.clone(), "is not empty")] {
+    // And in 16-bit floats: the folder holds the weights as F16 tensors.
+    let f16 = dir.path().join("f16");
+    assert!(quantize("f16", &f16).status.success());
+    let at_load = logits(&fixture_path("moe/save_pretrained"), &["--weights", "f16"], "f16-at-load");
+    assert_eq!(logits(&f16, &[], "f16-auto"), at_load);
+    for (to, out, message) in [("f32", dir.path().join("f32"), "f32 keeps the checkpoint"), ("q8", quantized.clone(), "is not empty")] {
         let output = quantize(to, &out);
         assert!(!output.status.success(), "{to}");
         let stderr = String::from_utf8_lossy(&output.stderr);

@@ -4,9 +4,9 @@
 
 use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::{Int, Tensor, TensorData};
-use decider_ops::{block_scales, q4_values, q8_rows, q8_values, quantize_q4, quantize_q8};
+use decider_ops::{block_scales, half_bits, q4_values, q8_rows, q8_values, quantize_q4, quantize_q8};
 use half::f16;
-use qwen35::weights::{Stored, stack_dims, stored, transpose_last2};
+use qwen35::weights::{Stored, half_of, stack_dims, stored, transpose_last2};
 use qwen35::{Qwen35Config, Qwen35Model, Qwen35Ops, WeightFormat};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -43,7 +43,8 @@ pub fn demo_model<B: Qwen35Ops>(device: &B::Device) -> Qwen35Model<B> {
 /// A network of any config with the demo's seeded random weights: the real widths for speed and
 /// memory measurements without a checkpoint (`--model random:CONFIG`). In `q8` its projections,
 /// experts and token tables are the Q8_0 rounding of the f32 network's; in `q4` its projections
-/// and experts are the Q4_0 rounding (and the tables Q8_0).
+/// and experts are the Q4_0 rounding (and the tables Q8_0); in `f16`/`bf16` all of them are the
+/// nearest 16-bit floats.
 pub fn random_model<B: Qwen35Ops>(config: &Qwen35Config, weights: WeightFormat, device: &B::Device) -> Qwen35Model<B> {
     config.init_with_weights::<B>(weights, device).map(&mut SeededWeights { next_stream: 0, pending_scales: None, path: Vec::new() })
 }
@@ -119,7 +120,19 @@ impl<B: Qwen35Ops> ModuleMapper<B> for SeededWeights {
                 let scales = self.pending_scales.take().expect("a block module holds its values before its scales");
                 block_scales(scales, shape, &device)
             }
-            _ => unreachable!("the only int parameters are blocks"),
+            Some(Stored::HalfBits) => {
+                let (batch, d_out, d_in) = stack_dims(&shape.dims::<D>());
+                let half = half_of(&self.path);
+                let weights = match self.path.iter().any(|(_, owner)| owner == "Enum:TokenTable") {
+                    // A token table: drawn and stored `[vocab, hidden]`, as its f32 `Embedding`.
+                    true => self.draw(batch * d_out * d_in, 1.0 / (d_out as f32).sqrt()),
+                    // A projection: drawn as its f32 `[in, out]`, stored `[out, in]`.
+                    false => transpose_last2(&self.draw(batch * d_in * d_out, 1.0 / (d_in as f32).sqrt()), batch, d_in, d_out),
+                };
+                let bits = weights.iter().map(|&w| half.from_f32(w).expect("the demo's weights are within ±1")).collect();
+                half_bits(bits, shape, &device)
+            }
+            _ => unreachable!("the only int parameters are blocks and 16-bit patterns"),
         };
         let id = param.id;
         param.transform_for_load(tensor, id)

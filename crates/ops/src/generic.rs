@@ -4,7 +4,7 @@
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
 
-use crate::{DenseMatmul, Q4Matmul, Q8Matmul, UnitLowerInverse};
+use crate::{DenseMatmul, Half, HalfMatmul, Q4Matmul, Q8Matmul, UnitLowerInverse};
 
 /// The generic count: each id compared with every expert index, summed over the ids, a chunk of
 /// ids at a time so memory stays bounded (`CHUNK x E`). Ids outside `0..E` match no index.
@@ -128,6 +128,18 @@ pub fn q4_weight<B: Backend>(values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int
     (q * crate::block_scales_f32(scales).reshape([rows, blocks, 1])).reshape([rows, 2 * half_in])
 }
 
+/// `x · Wᵀ` with the 16-bit weight read as f32 first ([`crate::half_bits_f32`]), then one float
+/// matmul.
+pub fn half_matmul<B: Backend>(x: Tensor<B, 2>, bits: Tensor<B, 2, Int>, half: Half) -> Tensor<B, 2> {
+    let [out, _] = bits.dims();
+    let [n, _] = x.dims();
+    if n == 0 {
+        // burn-ndarray 0.21's matmul divides by the row count.
+        return Tensor::zeros([0, out], &x.device());
+    }
+    x.matmul(crate::half_bits_f32(bits, half).transpose())
+}
+
 /// `x [n, in]` rounded to 8-bit blocks of 32 and back, as [`crate::quantize_activations_q8`]
 /// rounds it. Rounding has no gradient: the gradient passes to `x` as if unrounded (the
 /// straight-through estimator of quantization-aware training).
@@ -195,6 +207,16 @@ pub fn grouped_q4_matmul<B: Q4Matmul>(x: FloatTensor<B>, values: IntTensor<B>, s
     })
     .into_primitive()
     .tensor()
+}
+
+/// [`crate::grouped_half_matmul`] as a [`HalfMatmul::half_matmul`] per expert with rows.
+pub fn grouped_half_matmul<B: HalfMatmul>(x: FloatTensor<B>, bits: IntTensor<B>, counts: IntTensor<B>, half: Half) -> FloatTensor<B> {
+    let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(x));
+    let bits = Tensor::<B, 3, Int>::from_primitive(bits);
+    let [_, d_out, d_in] = bits.dims();
+    per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| crate::half_matmul(x, bits.clone().narrow(0, expert, 1).reshape([d_out, d_in]), half))
+        .into_primitive()
+        .tensor()
 }
 
 /// The grouped products as a host loop: `x [rows, _]` cut into the `counts [experts]` rows of

@@ -113,30 +113,16 @@ pub fn q8_rows<B: Q8Matmul, const D: usize>(values: Vec<i8>, shape: impl Into<Sh
 }
 
 /// Q8_0 scales `[..., rows, cols / 32]` as a tensor of the backend's
-/// [`Q8Matmul::block_scales_dtype`] holding their f16 bits.
+/// [`Q8Matmul::block_scales_dtype`] holding their f16 bits ([`crate::half_bits`]).
 pub fn block_scales<B: Q8Matmul, const D: usize>(scales: Vec<f16>, shape: impl Into<Shape>, device: &B::Device) -> Tensor<B, D, Int> {
     // Collected in place: the same size and alignment.
-    let bits: Vec<u16> = scales.into_iter().map(f16::to_bits).collect();
-    Tensor::from_data(TensorData::new(bits, shape), (device, B::block_scales_dtype()))
+    crate::half_bits(scales.into_iter().map(f16::to_bits).collect(), shape, device)
 }
 
 /// The f32 values of finite f16 bits (block scales of Q8_0 or Q4_0: [`block_scales`]), in
-/// tensor ops on any backend whose float element is f32 (every backend here), where each step is
-/// exact. Bits `b` are a sign `s = b / 32768` and a magnitude `b - 32768 s` of exponent field
-/// `e` and mantissa field `m`: `(1024 + m) · 2^(e - 25)`, or `m · 2^-24` when `e` is 0, both
-/// `(magnitude - (max(e, 1) - 1) · 1024) · 2^(max(e, 1) - 25)`. Every step is exact in f32, the
-/// powers of two read from a table.
+/// tensor ops, exactly ([`crate::half_bits_f32`]).
 pub fn block_scales_f32<B: Backend, const D: usize>(bits: Tensor<B, D, Int>) -> Tensor<B, D> {
-    let shape = bits.shape();
-    let bits = bits.float();
-    let sign = bits.clone().div_scalar(32768.0).floor();
-    let magnitude = bits - sign.clone() * 32768.0;
-    let exponent = magnitude.clone().div_scalar(1024.0).floor().clamp_min(1.0);
-    let mantissa = magnitude - (exponent.clone() - 1.0) * 1024.0;
-    let powers: Vec<f32> = (0..32).map(|e: i32| 2f32.powi(e.max(1) - 25)).collect();
-    let powers = Tensor::<B, 1>::from_floats(powers.as_slice(), &mantissa.device());
-    let power = powers.select(0, exponent.int().reshape([shape.num_elements()])).reshape(shape);
-    mantissa * power * (sign * -2.0 + 1.0)
+    crate::half_bits_f32(bits, crate::Half::F16)
 }
 
 /// Quantizes row-major `[rows, cols]` values (`cols` a multiple of [`Q8_BLOCK`]) to Q8_0:

@@ -16,7 +16,7 @@ use safetensors::tensor::{Dtype, TensorInfo};
 use safetensors::SafeTensors;
 use serde::Deserialize;
 
-use decider_ops::{Q4_BLOCK, Q8_BLOCK, dequantize_q4, dequantize_q8, quantize_q4_block, quantize_q8_block};
+use decider_ops::{Half, Q4_BLOCK, Q8_BLOCK, dequantize_q4, dequantize_q8, quantize_q4_block, quantize_q8_block};
 
 use crate::error::LoadError;
 use crate::format::WeightFormat;
@@ -168,7 +168,7 @@ impl Checkpoint {
                 let (packed, scales) = self.read_q4_blocks(name, expected)?;
                 return Ok(dequantize_q4(&packed, &scales));
             }
-            Some(WeightFormat::F32) | None => {}
+            Some(WeightFormat::F32 | WeightFormat::F16 | WeightFormat::Bf16) | None => {}
         }
         let tensor = self.float_bytes(name, expected)?;
         let mut values = vec![0.0f32; tensor.len()];
@@ -201,6 +201,67 @@ impl Checkpoint {
         match self.blocks_in(name, WeightFormat::Q4)? {
             true => self.read_q4_blocks(name, expected),
             false => self.quantize(name, expected, Q4_BLOCK / 2, quantize_q4_block),
+        }
+    }
+
+    /// [`Checkpoint::read_half`] as f16.
+    pub fn read_f16(&self, name: &str, expected: &[usize]) -> Result<HalfValues, LoadError> {
+        self.read_half(name, expected, Half::F16)
+    }
+
+    /// [`Checkpoint::read_half`] as bf16.
+    pub fn read_bf16(&self, name: &str, expected: &[usize]) -> Result<HalfValues, LoadError> {
+        self.read_half(name, expected, Half::Bf16)
+    }
+
+    /// Reads tensor `name` (of `expected` shape) as 16-bit patterns of `half`: a tensor stored in
+    /// that type as its bytes are, one of another float type rounded to the nearest (ties to
+    /// even), with no f32 copy of it. A value the type cannot hold (above f16's 65,504) is
+    /// refused, naming the tensor, as a non-finite one is; so is a weight stored in blocks
+    /// (widening them to 16 bits would not give back the weight they were made from).
+    pub fn read_half(&self, name: &str, expected: &[usize], half: Half) -> Result<HalfValues, LoadError> {
+        if let Some(stored) = self.stored_blocks(name)? {
+            let format = WeightFormat::of_half(half);
+            return Err(LoadError::Blocks {
+                name: name.to_owned(),
+                reason: format!("stored in {stored} blocks, asked for {format}: load the folder with `--weights {stored}` (or `auto`), or load the original in {format}"),
+            });
+        }
+        let tensor = self.float_bytes(name, expected)?;
+        let same_type = matches!((tensor.dtype, half), (Dtype::F16, Half::F16) | (Dtype::BF16, Half::Bf16));
+        let mut bits = vec![0u16; tensor.len()];
+        let reads: Vec<(NonFinite, NonFinite)> = bits
+            .par_chunks_mut(CHUNK)
+            .zip(tensor.bytes.par_chunks(CHUNK * tensor.width))
+            .map(|(bits, bytes)| {
+                let (mut non_finite, mut beyond) = (NonFinite::default(), NonFinite::default());
+                if same_type {
+                    for (i, (b, pair)) in bits.iter_mut().zip(bytes.chunks_exact(2)).enumerate() {
+                        *b = u16::from_le_bytes([pair[0], pair[1]]);
+                        if !half.is_finite(*b) {
+                            non_finite.add(NonFinite::at(i), 0);
+                        }
+                    }
+                } else {
+                    let mut values = vec![0f32; bits.len()];
+                    tensor.convert(bytes, &mut values);
+                    for (i, (b, &v)) in bits.iter_mut().zip(&values).enumerate() {
+                        match half.from_f32(v) {
+                            Some(pattern) => *b = pattern,
+                            None if v.is_finite() => beyond.add(NonFinite::at(i), 0),
+                            None => non_finite.add(NonFinite::at(i), 0),
+                        }
+                    }
+                }
+                (non_finite, beyond)
+            })
+            .collect();
+        let (non_finite, beyond): (Vec<NonFinite>, Vec<NonFinite>) = reads.into_iter().unzip();
+        tensor.finish(non_finite)?;
+        let beyond = NonFinite::all(beyond);
+        match beyond.first {
+            Some(first) => Err(LoadError::OutOfRange { name: name.to_owned(), count: beyond.count, first, format: WeightFormat::of_half(half) }),
+            None => Ok(HalfValues { half, bits }),
         }
     }
 
@@ -364,6 +425,13 @@ impl Checkpoint {
     }
 }
 
+/// A weight's 16-bit patterns, and which 16-bit float they are.
+#[derive(Debug, Default)]
+pub struct HalfValues {
+    pub half: Half,
+    pub bits: Vec<u16>,
+}
+
 /// How a quantized folder (`crate::quantize`) names a weight's Q8_0 values: `{weight}.q8_values`,
 /// I8 of the weight's shape.
 pub const Q8_VALUES: &str = "q8_values";
@@ -452,10 +520,7 @@ impl TensorBytes<'_> {
     /// Refuses a tensor with a non-finite value (a NaN weight would make every answer NaN),
     /// naming it; `chunks` are the reads of each [`CHUNK`] of values, in order; and releases it.
     fn finish(self, chunks: Vec<NonFinite>) -> Result<(), LoadError> {
-        let mut all = NonFinite::default();
-        for (i, chunk) in chunks.into_iter().enumerate() {
-            all.add(chunk, i * CHUNK);
-        }
+        let all = NonFinite::all(chunks);
         self.release();
         match all.first {
             Some(first) => Err(LoadError::NonFinite { name: self.name.to_owned(), count: all.count, first }),
@@ -486,6 +551,20 @@ impl NonFinite {
         let first = values.iter().position(|v| !v.is_finite());
         let count = first.map_or(0, |first| values[first..].iter().filter(|v| !v.is_finite()).count());
         NonFinite { count, first }
+    }
+
+    /// One value, at index `i`.
+    fn at(i: usize) -> Self {
+        NonFinite { count: 1, first: Some(i) }
+    }
+
+    /// Those of consecutive runs of [`CHUNK`] values, in order.
+    fn all(chunks: Vec<NonFinite>) -> Self {
+        let mut all = NonFinite::default();
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            all.add(chunk, i * CHUNK);
+        }
+        all
     }
 
     /// Adds those of the run starting `offset` values after this one's start.

@@ -1,4 +1,5 @@
-//! Weight formats chosen at load, and the modules that hold weights in 8-bit and 4-bit blocks.
+//! Weight formats chosen at load, and the modules that hold weights in 8-bit and 4-bit blocks
+//! and in 16-bit floats.
 //!
 //! Which parameters a format applies to: the large projections (DeltaNet `in_proj_qkv`,
 //! `in_proj_z`, `out_proj`; attention `q/k/v/o_proj`; the MLP and shared expert; the routed
@@ -8,7 +9,7 @@
 //! stays f32 whatever the format: the norms, the router and shared-expert gates, the DeltaNet
 //! gates `in_proj_a`/`in_proj_b` (their outputs set the decay and the write strength of the
 //! recurrent state), `A_log`, `dt_bias` and the conv kernel. A weight whose input width (a
-//! table's hidden width) is not a whole number of blocks stays f32.
+//! table's hidden width) is not a whole number of blocks stays f32 in the block formats.
 
 use std::fmt;
 use std::path::Path;
@@ -16,7 +17,7 @@ use std::str::FromStr;
 
 use burn::module::{Module, Param, ParamId};
 use burn::tensor::{Int, Tensor, backend::Backend};
-use decider_ops::{Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, grouped_q4_matmul, grouped_q8_matmul, q4_matmul, q8_matmul};
+use decider_ops::{Half, HalfMatmul, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, grouped_half_matmul, grouped_q4_matmul, grouped_q8_matmul, half_matmul, q4_matmul, q8_matmul};
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::Checkpoint;
@@ -36,11 +37,35 @@ pub enum WeightFormat {
     /// 0.5625 bytes a weight, the scale chosen for the least error (see
     /// [`decider_ops::quantize_q4`]).
     Q4,
+    /// IEEE half floats, 2 bytes a weight: exact for an f16 checkpoint; others are rounded to
+    /// nearest, and a weight beyond f16's range (65,504) is refused at load.
+    F16,
+    /// bfloat16, 2 bytes a weight: exact for a bf16 checkpoint (the released ones are), so the
+    /// same answers as `f32` in half its memory.
+    Bf16,
 }
 
 impl WeightFormat {
     /// Every format, by its command-line name.
-    pub const ALL: [(&'static str, WeightFormat); 3] = [("f32", WeightFormat::F32), ("q8", WeightFormat::Q8), ("q4", WeightFormat::Q4)];
+    pub const ALL: [(&'static str, WeightFormat); 5] =
+        [("f32", WeightFormat::F32), ("q8", WeightFormat::Q8), ("q4", WeightFormat::Q4), ("f16", WeightFormat::F16), ("bf16", WeightFormat::Bf16)];
+
+    /// The format that holds weights in `half`.
+    pub fn of_half(half: Half) -> WeightFormat {
+        match half {
+            Half::F16 => WeightFormat::F16,
+            Half::Bf16 => WeightFormat::Bf16,
+        }
+    }
+
+    /// The 16-bit float of the half formats.
+    pub fn half(self) -> Option<Half> {
+        match self {
+            WeightFormat::F16 => Some(Half::F16),
+            WeightFormat::Bf16 => Some(Half::Bf16),
+            _ => None,
+        }
+    }
 
     /// The format a weight with `d_input` input values gets: block formats need whole blocks.
     pub fn for_input_width(self, d_input: usize) -> WeightFormat {
@@ -212,11 +237,41 @@ impl<B: Q4Matmul> Q4Weight<B, 3> {
     }
 }
 
-/// What the block formats compute with: each backend's Q8_0 and Q4_0 matmuls (and the layouts
-/// a loader puts their weights in).
-pub trait BlockOps: Q8Matmul + Q4Matmul {}
+/// Weights `[out, in]` in 16-bit floats, as a checkpoint stores them: one projection's (`D =
+/// 2`) or the experts' stack (`D = 3`). Which 16-bit float is the format variant that holds it
+/// (`F16` or `Bf16`).
+#[derive(Module, Debug)]
+pub struct HalfWeight<B: Backend, const D: usize> {
+    /// `[..., out, in]` 16-bit patterns (`decider_ops::half_bits`).
+    pub bits: Param<Tensor<B, D, Int>>,
+}
 
-impl<B: Q8Matmul + Q4Matmul> BlockOps for B {}
+impl<B: Backend, const D: usize> HalfWeight<B, D> {
+    /// Lazy zero weights of shape `[..., out, in]`, to be filled from a checkpoint.
+    pub fn init(shape: [usize; D], device: &B::Device) -> Self {
+        HalfWeight { bits: lazy_int_param(shape, device) }
+    }
+}
+
+impl<B: HalfMatmul> HalfWeight<B, 2> {
+    /// `x [n, in] · Wᵀ -> [n, out]`.
+    pub fn matmul(&self, x: Tensor<B, 2>, half: Half) -> Tensor<B, 2> {
+        half_matmul(x, self.bits.val(), half)
+    }
+}
+
+impl<B: HalfMatmul> HalfWeight<B, 3> {
+    /// As [`Q8Weight::grouped_matmul`].
+    pub fn grouped_matmul(&self, x: Tensor<B, 2>, counts: Tensor<B, 1, Int>, half: Half) -> Tensor<B, 2> {
+        grouped_half_matmul(x, self.bits.val(), counts, half)
+    }
+}
+
+/// What the weight formats compute with: each backend's Q8_0, Q4_0 and 16-bit matmuls (and the
+/// layouts a loader puts their weights in).
+pub trait FormatOps: Q8Matmul + Q4Matmul + HalfMatmul {}
+
+impl<B: Q8Matmul + Q4Matmul + HalfMatmul> FormatOps for B {}
 
 #[cfg(test)]
 mod tests {
@@ -224,11 +279,18 @@ mod tests {
 
     #[test]
     fn choices_parse_and_print_by_their_names() {
-        for (name, choice) in [("auto", WeightChoice::Auto), ("f32", WeightChoice::Exactly(WeightFormat::F32)), ("q8", WeightChoice::Exactly(WeightFormat::Q8)), ("q4", WeightChoice::Exactly(WeightFormat::Q4))] {
+        for (name, choice) in [
+            ("auto", WeightChoice::Auto),
+            ("f32", WeightChoice::Exactly(WeightFormat::F32)),
+            ("q8", WeightChoice::Exactly(WeightFormat::Q8)),
+            ("q4", WeightChoice::Exactly(WeightFormat::Q4)),
+            ("f16", WeightChoice::Exactly(WeightFormat::F16)),
+            ("bf16", WeightChoice::Exactly(WeightFormat::Bf16)),
+        ] {
             assert_eq!(name.parse::<WeightChoice>(), Ok(choice));
             assert_eq!(choice.to_string(), name);
         }
-        assert_eq!("q3".parse::<WeightChoice>(), Err("unknown weight format `q3` (expected one of: auto, f32, q8, q4)".to_owned()));
+        assert_eq!("q3".parse::<WeightChoice>(), Err("unknown weight format `q3` (expected one of: auto, f32, q8, q4, f16, bf16)".to_owned()));
         assert_eq!(WeightChoice::Auto.without_folder(), WeightFormat::F32);
     }
 }

@@ -13,7 +13,7 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Int, Tensor, backend::Backend};
 
 use crate::decoder::{DecoderLayer, FeedForward, TokenMixer};
-use crate::format::BlockOps;
+use crate::format::FormatOps;
 use crate::delta_rule::CHUNK_SIZE;
 use crate::model::{PrefillBlocks, Qwen35Model};
 use crate::weights::{Stored, stored};
@@ -58,14 +58,14 @@ impl<B: Backend> Qwen35Model<B> {
     }
 }
 
-impl<B: BlockOps> Qwen35Model<B> {
+impl<B: FormatOps> Qwen35Model<B> {
     /// The bytes of this model's parameters, from their shapes and the backend's dtypes, without
     /// reading them: of a lazily built model too (`Qwen35Config::init_with_weights`), so that the
     /// weights of a model larger than this machine can be sized in any format.
     pub fn weight_bytes(&self) -> usize {
         /// The bytes so far, and the path's entered fields and their owners.
         struct Bytes(usize, Vec<(String, String)>);
-        impl<B: BlockOps> ModuleVisitor<B> for Bytes {
+        impl<B: FormatOps> ModuleVisitor<B> for Bytes {
             fn enter_module(&mut self, name: &str, container_type: &str) {
                 self.1.push((name.to_owned(), container_type.to_owned()));
             }

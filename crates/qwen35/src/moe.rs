@@ -6,11 +6,11 @@ use burn::module::{Initializer, Module, Param};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation::{sigmoid, silu, softmax};
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, backend::Backend};
-use decider_ops::{ExpertCount, expert_count, grouped_matmul};
+use decider_ops::{ExpertCount, Half, expert_count, grouped_matmul};
 
 use crate::projection::ProjectionOps;
 
-use crate::format::{Q4Weight, Q8Weight, WeightFormat};
+use crate::format::{HalfWeight, Q4Weight, Q8Weight, WeightFormat};
 use crate::mlp::{Mlp, MlpConfig};
 
 #[derive(Config, Debug)]
@@ -31,6 +31,8 @@ pub enum Experts<B: Backend> {
     Float(FloatExperts<B>),
     Q8(Q8Experts<B>),
     Q4(Q4Experts<B>),
+    F16(HalfExperts<B>),
+    Bf16(HalfExperts<B>),
 }
 
 /// The experts in Q8_0 blocks, in the checkpoint's orientation.
@@ -49,6 +51,15 @@ pub struct Q4Experts<B: Backend> {
     pub gate_up_proj: Q4Weight<B, 3>,
     /// `[E, hidden, I]`.
     pub down_proj: Q4Weight<B, 3>,
+}
+
+/// The experts in 16-bit floats, as [`Q8Experts`].
+#[derive(Module, Debug)]
+pub struct HalfExperts<B: Backend> {
+    /// `[E, 2I, hidden]`: rows `0..I` the gate projection, `I..2I` the up projection.
+    pub gate_up_proj: HalfWeight<B, 3>,
+    /// `[E, hidden, I]`.
+    pub down_proj: HalfWeight<B, 3>,
 }
 
 /// The experts in f32, each weight `[in, out]`.
@@ -93,12 +104,19 @@ impl SparseMoeConfig {
                     gate_up_proj: Q4Weight::init([e, 2 * i, h], device),
                     down_proj: Q4Weight::init([e, h, i], device),
                 }),
+                WeightFormat::F16 => Experts::F16(half_experts(e, h, i, device)),
+                WeightFormat::Bf16 => Experts::Bf16(half_experts(e, h, i, device)),
             },
             shared_expert: MlpConfig::new(h, self.shared_expert_intermediate_size).with_weights(self.weights).init(device),
             shared_expert_gate: linear(h, 1),
             num_experts_per_tok: self.num_experts_per_tok,
         }
     }
+}
+
+/// Lazy 16-bit experts: `e` experts of SwiGLU width `i` on `h`.
+fn half_experts<B: Backend>(e: usize, h: usize, i: usize, device: &B::Device) -> HalfExperts<B> {
+    HalfExperts { gate_up_proj: HalfWeight::init([e, 2 * i, h], device), down_proj: HalfWeight::init([e, h, i], device) }
 }
 
 impl<B: ExpertCount + ProjectionOps> SparseMoe<B> {
@@ -162,6 +180,10 @@ impl<B: Backend> Experts<B> {
                 let [e, _, i] = experts.down_proj.weight_dims();
                 (e, i)
             }
+            Experts::F16(experts) | Experts::Bf16(experts) => {
+                let [e, _, i] = experts.down_proj.bits.lazy_shape().dims::<3>();
+                (e, i)
+            }
         }
     }
 
@@ -175,6 +197,8 @@ impl<B: ProjectionOps> Experts<B> {
             Experts::Float(experts) => grouped_matmul(x, experts.gate_up_proj.val(), counts),
             Experts::Q8(experts) => experts.gate_up_proj.grouped_matmul(x, counts),
             Experts::Q4(experts) => experts.gate_up_proj.grouped_matmul(x, counts),
+            Experts::F16(experts) => experts.gate_up_proj.grouped_matmul(x, counts, Half::F16),
+            Experts::Bf16(experts) => experts.gate_up_proj.grouped_matmul(x, counts, Half::Bf16),
         }
     }
 
@@ -184,6 +208,8 @@ impl<B: ProjectionOps> Experts<B> {
             Experts::Float(experts) => grouped_matmul(h, experts.down_proj.val(), counts),
             Experts::Q8(experts) => experts.down_proj.grouped_matmul(h, counts),
             Experts::Q4(experts) => experts.down_proj.grouped_matmul(h, counts),
+            Experts::F16(experts) => experts.down_proj.grouped_matmul(h, counts, Half::F16),
+            Experts::Bf16(experts) => experts.down_proj.grouped_matmul(h, counts, Half::Bf16),
         }
     }
 }

@@ -6,7 +6,9 @@ use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Tensor, backend::Backend};
 use decider_ops::{DenseMatmul, dense_matmul};
 
-use crate::format::{BlockOps, Q4Weight, Q8Weight, WeightFormat};
+use decider_ops::Half;
+
+use crate::format::{FormatOps, HalfWeight, Q4Weight, Q8Weight, WeightFormat};
 
 #[derive(Config, Debug)]
 pub struct ProjectionConfig {
@@ -16,12 +18,15 @@ pub struct ProjectionConfig {
     pub weights: WeightFormat,
 }
 
-/// `x W` without bias: burn's `Linear` (`[in, out]`) in f32, or Q8_0 or Q4_0 blocks.
+/// `x W` without bias: burn's `Linear` (`[in, out]`) in f32, Q8_0 or Q4_0 blocks, or 16-bit
+/// floats (`[out, in]`).
 #[derive(Module, Debug)]
 pub enum Projection<B: Backend> {
     Float(Linear<B>),
     Q8(Q8Weight<B, 2>),
     Q4(Q4Weight<B, 2>),
+    F16(HalfWeight<B, 2>),
+    Bf16(HalfWeight<B, 2>),
 }
 
 impl ProjectionConfig {
@@ -30,15 +35,17 @@ impl ProjectionConfig {
             WeightFormat::F32 => Projection::Float(LinearConfig::new(self.d_input, self.d_output).with_bias(false).init(device)),
             WeightFormat::Q8 => Projection::Q8(Q8Weight::init([self.d_output, self.d_input], device)),
             WeightFormat::Q4 => Projection::Q4(Q4Weight::init([self.d_output, self.d_input], device)),
+            WeightFormat::F16 => Projection::F16(HalfWeight::init([self.d_output, self.d_input], device)),
+            WeightFormat::Bf16 => Projection::Bf16(HalfWeight::init([self.d_output, self.d_input], device)),
         }
     }
 }
 
 /// What a [`Projection`] computes with: an f32 weight through [`DenseMatmul`] (read in place),
-/// blocks through [`BlockOps`].
-pub trait ProjectionOps: DenseMatmul + BlockOps {}
+/// the other formats through [`FormatOps`].
+pub trait ProjectionOps: DenseMatmul + FormatOps {}
 
-impl<B: DenseMatmul + BlockOps> ProjectionOps for B {}
+impl<B: DenseMatmul + FormatOps> ProjectionOps for B {}
 
 impl<B: ProjectionOps> Projection<B> {
     /// Projects the last dimension of `x`.
@@ -51,6 +58,8 @@ impl<B: ProjectionOps> Projection<B> {
             Projection::Float(linear) => dense_matmul(x, linear.weight.val()),
             Projection::Q8(weight) => weight.matmul(x),
             Projection::Q4(weight) => weight.matmul(x),
+            Projection::F16(weight) => weight.matmul(x, Half::F16),
+            Projection::Bf16(weight) => weight.matmul(x, Half::Bf16),
         };
         dims[D - 1] = out.dims()[1];
         out.reshape(dims)
@@ -68,6 +77,10 @@ impl<B: Backend> Projection<B> {
             }
             Projection::Q4(weight) => {
                 let [out, d_in] = weight.weight_dims();
+                [d_in, out]
+            }
+            Projection::F16(weight) | Projection::Bf16(weight) => {
+                let [out, d_in] = weight.bits.lazy_shape().dims::<2>();
                 [d_in, out]
             }
         }

@@ -5,8 +5,8 @@
 //! beside shards `model-NNNNN.safetensors` and `model.safetensors.index.json`. The shards hold
 //! each tensor the model reads, under its checkpoint name: a weight held in Q8_0 as
 //! `{name}.q8_values` and `{name}.q8_scales` ([`crate::checkpoint::Q8_VALUES`]), one held in Q4_0
-//! as `{name}.q4_values` and `{name}.q4_scales` ([`crate::checkpoint::Q4_VALUES`]), every other
-//! tensor in f32, and each shard's metadata names the format ([`crate::checkpoint::FORMAT_KEY`]).
+//! as `{name}.q4_values` and `{name}.q4_scales` ([`crate::checkpoint::Q4_VALUES`]), one held in
+//! f16 or bf16 as itself in that dtype, every other tensor in f32, and each shard's metadata names the format ([`crate::checkpoint::FORMAT_KEY`]).
 //! Tensors the model does not read (a vision tower, MTP) are left out. The tensors are read by
 //! the loader itself (`CheckpointFiller::writing_to`), so a quantized folder holds exactly the
 //! blocks a load would make. Writing holds at most a shard ([`SHARD_BYTES`]) and one tensor,
@@ -16,24 +16,25 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use burn::module::Module;
+use decider_ops::Half;
 use half::f16;
 use safetensors::Dtype;
 use safetensors::tensor::TensorView;
 
-use crate::checkpoint::{Checkpoint, FORMAT_KEY, Q4_SCALES, Q4_VALUES, Q8_SCALES, Q8_VALUES, block_part, packed_shape, scales_shape};
+use crate::checkpoint::{Checkpoint, FORMAT_KEY, HalfValues, Q4_SCALES, Q4_VALUES, Q8_SCALES, Q8_VALUES, block_part, packed_shape, scales_shape};
 use crate::config::Qwen35Config;
 use crate::error::LoadError;
-use crate::format::{BlockOps, WeightFormat};
+use crate::format::{FormatOps, WeightFormat};
 use crate::weights::CheckpointFiller;
 
 /// Bytes a shard holds before it is written: quantizing holds at most this plus one tensor.
 const SHARD_BYTES: usize = 1 << 30;
 
-/// Writes the model folder `dir` with its weights in `weights` (a block format) to the folder
+/// Writes the model folder `dir` with its weights in `weights` (any format but f32) to the folder
 /// `out` (created if needed; files of the same names are replaced). Returns the number of
 /// tensors written. `B` only types the lazily built model: nothing is allocated on it.
-pub fn quantize_folder<B: BlockOps>(dir: &Path, out: &Path, weights: WeightFormat, device: &B::Device) -> Result<usize, LoadError> {
-    assert_ne!(weights, WeightFormat::F32, "quantize_folder: f32 is not a block format");
+pub fn quantize_folder<B: FormatOps>(dir: &Path, out: &Path, weights: WeightFormat, device: &B::Device) -> Result<usize, LoadError> {
+    assert_ne!(weights, WeightFormat::F32, "quantize_folder: f32 is the checkpoint's own format");
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |cause| LoadError::Io { path, cause }
@@ -146,6 +147,17 @@ impl Written for (Vec<u8>, Vec<f16>) {
         let (packed, scales) = self;
         writer.add(block_part(name, Q4_VALUES), Dtype::U8, packed_shape(name, shape)?, packed.clone())?;
         write_scales(name, Q4_SCALES, shape, scales, writer)
+    }
+}
+
+/// 16-bit floats: the weight under its own name, F16 or BF16.
+impl Written for HalfValues {
+    fn write(&self, name: &str, shape: &[usize], writer: &mut ShardWriter) -> Result<(), LoadError> {
+        let dtype = match self.half {
+            Half::F16 => Dtype::F16,
+            Half::Bf16 => Dtype::BF16,
+        };
+        writer.add(name.to_owned(), dtype, shape.to_vec(), self.bits.iter().flat_map(|b| b.to_le_bytes()).collect())
     }
 }
 

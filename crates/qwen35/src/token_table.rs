@@ -3,16 +3,16 @@
 //!
 //! A prompt reads one row of the embeddings per token and a decision only the option labels'
 //! rows of the head, so the table is kept in row order in every format, never in a matmul
-//! kernel's layout. Rows are dequantized to f32 when read, so what is computed with them is
+//! kernel's layout. Rows are dequantized (or widened) to f32 when read, so what is computed with them is
 //! exact for the weights the format holds.
 
 use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::{Embedding, EmbeddingConfig};
 use burn::tensor::{Int, Tensor, backend::Backend};
-use decider_ops::{Q8_BLOCK, block_scales_f32};
+use decider_ops::{Half, Q8_BLOCK, block_scales_f32, half_bits_f32};
 
-use crate::format::{WeightFormat, lazy_q8_params};
+use crate::format::{HalfWeight, WeightFormat, lazy_q8_params};
 
 /// Rows dequantized at a time by [`TokenTable::logits`]: 4,096 rows of 2,048 values are
 /// 64 MiB of f32 (cast, then scaled), where the whole table of decider-2b would be 1.9 GiB.
@@ -26,11 +26,14 @@ pub struct TokenTableConfig {
     pub weights: WeightFormat,
 }
 
-/// The table in f32 (burn's `Embedding`, `weight [vocab, hidden]`) or in Q8_0 blocks.
+/// The table in f32 (burn's `Embedding`, `weight [vocab, hidden]`), in Q8_0 blocks, or in 16-bit
+/// floats (`[vocab, hidden]` patterns: rows, like a projection's weight `[out, in]`).
 #[derive(Module, Debug)]
 pub enum TokenTable<B: Backend> {
     Float(Embedding<B>),
     Q8(Q8Rows<B>),
+    F16(HalfWeight<B, 2>),
+    Bf16(HalfWeight<B, 2>),
 }
 
 /// Rows in Q8_0 blocks along `hidden`, in row order (see `decider_ops::q8_rows`).
@@ -52,6 +55,8 @@ impl TokenTableConfig {
                 let (values, scales) = lazy_q8_params([self.vocab_size, self.hidden_size], device);
                 TokenTable::Q8(Q8Rows { values, scales })
             }
+            WeightFormat::F16 => TokenTable::F16(HalfWeight::init([self.vocab_size, self.hidden_size], device)),
+            WeightFormat::Bf16 => TokenTable::Bf16(HalfWeight::init([self.vocab_size, self.hidden_size], device)),
         }
     }
 }
@@ -62,6 +67,7 @@ impl<B: Backend> TokenTable<B> {
         match self {
             TokenTable::Float(embedding) => embedding.weight.lazy_shape().dims(),
             TokenTable::Q8(rows) => rows.values.lazy_shape().dims(),
+            TokenTable::F16(rows) | TokenTable::Bf16(rows) => rows.bits.lazy_shape().dims(),
         }
     }
 
@@ -69,7 +75,7 @@ impl<B: Backend> TokenTable<B> {
     pub fn embed(&self, ids: Tensor<B, 2, Int>) -> Tensor<B, 3> {
         match self {
             TokenTable::Float(embedding) => embedding.forward(ids),
-            TokenTable::Q8(_) => {
+            _ => {
                 let [batch, len] = ids.dims();
                 let [_, hidden] = self.dims();
                 self.rows(ids.reshape([batch * len])).reshape([batch, len, hidden])
@@ -88,6 +94,8 @@ impl<B: Backend> TokenTable<B> {
                 let values = rows.values.val().select(0, index.clone()).float();
                 dequantize(values, rows.scales.val().select(0, index))
             }
+            TokenTable::F16(rows) => half_bits_f32(rows.bits.val().select(0, index), Half::F16),
+            TokenTable::Bf16(rows) => half_bits_f32(rows.bits.val().select(0, index), Half::Bf16),
         }
     }
 
@@ -95,21 +103,26 @@ impl<B: Backend> TokenTable<B> {
     pub fn logits(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
         match self {
             TokenTable::Float(embedding) => hidden.matmul(embedding.weight.val().transpose().unsqueeze::<3>()),
-            TokenTable::Q8(rows) => {
+            _ => {
                 let [batch, len, width] = hidden.dims();
                 let [vocab, _] = self.dims();
                 let x = hidden.reshape([batch * len, width]);
                 let parts = (0..vocab)
                     .step_by(LOGIT_ROWS)
-                    .map(|start| {
-                        let count = LOGIT_ROWS.min(vocab - start);
-                        let values = rows.values.val().narrow(0, start, count).float();
-                        let table = dequantize(values, rows.scales.val().narrow(0, start, count));
-                        x.clone().matmul(table.transpose())
-                    })
+                    .map(|start| x.clone().matmul(self.row_range(start, LOGIT_ROWS.min(vocab - start)).transpose()))
                     .collect();
                 Tensor::cat(parts, 1).reshape([batch, len, vocab])
             }
+        }
+    }
+
+    /// Rows `start..start + count` in f32.
+    fn row_range(&self, start: usize, count: usize) -> Tensor<B, 2> {
+        match self {
+            TokenTable::Float(embedding) => embedding.weight.val().narrow(0, start, count),
+            TokenTable::Q8(rows) => dequantize(rows.values.val().narrow(0, start, count).float(), rows.scales.val().narrow(0, start, count)),
+            TokenTable::F16(rows) => half_bits_f32(rows.bits.val().narrow(0, start, count), Half::F16),
+            TokenTable::Bf16(rows) => half_bits_f32(rows.bits.val().narrow(0, start, count), Half::Bf16),
         }
     }
 }

@@ -24,14 +24,14 @@ use std::path::Path;
 
 use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
-use decider_ops::{block_scales, q4_values, q8_rows, q8_values};
+use decider_ops::{Half, block_scales, half_bits, q4_values, q8_rows, q8_values};
 use half::f16;
 use rayon::prelude::*;
 
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, HalfValues};
 use crate::config::Qwen35Config;
 use crate::error::LoadError;
-use crate::format::{BlockOps, WeightFormat};
+use crate::format::{FormatOps, WeightFormat};
 use crate::model::Qwen35Model;
 use crate::quantize::{ShardWriter, Written};
 
@@ -43,7 +43,7 @@ pub const PREFIXES: [&str; 2] = ["model.language_model.", "model."];
 pub const ROOT_MODULES: [&str; 1] = ["lm_head"];
 
 /// Enum variants that choose a weight's format: not part of the checkpoint's names.
-pub const FORMAT_VARIANTS: [&str; 3] = ["Float", "Q8", "Q4"];
+pub const FORMAT_VARIANTS: [&str; 5] = ["Float", "Q8", "Q4", "F16", "Bf16"];
 
 /// `(this crate's module path, the checkpoint's)`, matched on whole dotted segments.
 pub const RENAMES: [(&str, &str); 6] = [
@@ -75,10 +75,13 @@ pub enum Stored {
     Q4Values,
     /// The block scales that go with the values read just before.
     BlockScales,
+    /// The 16-bit patterns of the weight of its module, in the checkpoint's orientation
+    /// (`HalfWeight`); which 16-bit float is the format variant above it.
+    HalfBits,
 }
 
 /// `(owning module type, field, how it is held)`; fields not listed are stored as they are.
-pub const STORED: [(&str, &str, Stored); 10] = [
+pub const STORED: [(&str, &str, Stored); 11] = [
     ("Struct:Linear", "weight", Stored::Transposed { of_module: true }),
     ("Struct:FloatExperts", "gate_up_proj", Stored::Transposed { of_module: false }),
     ("Struct:FloatExperts", "down_proj", Stored::Transposed { of_module: false }),
@@ -88,6 +91,7 @@ pub const STORED: [(&str, &str, Stored); 10] = [
     ("Struct:Q4Weight", "scales", Stored::BlockScales),
     ("Struct:Q8Rows", "values", Stored::Q8Values { kernel_layout: false }),
     ("Struct:Q8Rows", "scales", Stored::BlockScales),
+    ("Struct:HalfWeight", "bits", Stored::HalfBits),
     ("Struct:GatedDeltaNet", "conv1d", Stored::Conv1dKernel),
 ];
 
@@ -97,12 +101,12 @@ pub const STORED: [(&str, &str, Stored); 10] = [
 pub const EXPERT_PARTS: [(&str, &[&str]); 2] = [("gate_up_proj", &["gate_proj", "up_proj"]), ("down_proj", &["down_proj"])];
 
 /// Loads `config.json` and the safetensors weights of a model folder, in f32.
-pub fn load_model<B: BlockOps>(dir: impl AsRef<Path>, device: &B::Device) -> Result<(Qwen35Config, Qwen35Model<B>), LoadError> {
+pub fn load_model<B: FormatOps>(dir: impl AsRef<Path>, device: &B::Device) -> Result<(Qwen35Config, Qwen35Model<B>), LoadError> {
     load_model_with_weights(dir, WeightFormat::F32, device)
 }
 
 /// Loads a model folder with its projections and experts in `weights`.
-pub fn load_model_with_weights<B: BlockOps>(
+pub fn load_model_with_weights<B: FormatOps>(
     dir: impl AsRef<Path>,
     weights: WeightFormat,
     device: &B::Device,
@@ -115,7 +119,7 @@ pub fn load_model_with_weights<B: BlockOps>(
 }
 
 /// Builds the model of `config` in `weights` and fills every parameter from `checkpoint`.
-pub fn load_weights<B: BlockOps>(
+pub fn load_weights<B: FormatOps>(
     config: &Qwen35Config,
     checkpoint: &Checkpoint,
     weights: WeightFormat,
@@ -149,7 +153,7 @@ pub struct CheckpointFiller<'a, B: Backend> {
     writer: Option<&'a mut ShardWriter>,
 }
 
-impl<'a, B: BlockOps> CheckpointFiller<'a, B> {
+impl<'a, B: FormatOps> CheckpointFiller<'a, B> {
     /// A filler for a checkpoint in either layout (the prefix is found from the embeddings).
     pub fn new(checkpoint: &'a Checkpoint, device: &'a B::Device) -> Result<Self, LoadError> {
         let prefix = PREFIXES
@@ -240,7 +244,7 @@ impl<'a, B: BlockOps> CheckpointFiller<'a, B> {
                     None => Ok(transpose_last2(&weight, batch, d_out, d_in)),
                 }
             }
-            Stored::Q8Values { .. } | Stored::Q4Values | Stored::BlockScales => unreachable!("blocks are ints"),
+            Stored::Q8Values { .. } | Stored::Q4Values | Stored::BlockScales | Stored::HalfBits => unreachable!("blocks and 16-bit patterns are ints"),
         }
     }
 
@@ -267,7 +271,7 @@ impl<'a, B: BlockOps> CheckpointFiller<'a, B> {
     }
 }
 
-impl<B: BlockOps> ModuleMapper<B> for CheckpointFiller<'_, B> {
+impl<B: FormatOps> ModuleMapper<B> for CheckpointFiller<'_, B> {
     fn enter_module(&mut self, name: &str, container_type: &str) {
         self.path.push((name.to_owned(), container_type.to_owned()));
     }
@@ -330,15 +334,30 @@ impl<B: BlockOps> ModuleMapper<B> for CheckpointFiller<'_, B> {
                 _ if self.writer.is_some() => return param,
                 scales => block_scales(scales, shape, self.device),
             },
-            _ => unreachable!("the only int parameters are blocks"),
+            Stored::HalfBits => {
+                let (batch, d_out, d_in) = stack_dims(&shape);
+                let read: Reader<HalfValues> = match half_of(&self.path) {
+                    Half::F16 => Checkpoint::read_f16,
+                    Half::Bf16 => Checkpoint::read_bf16,
+                };
+                match self.read_weight(&self.checkpoint_name(true), [batch, d_out, d_in], read) {
+                    Ok(_) if self.writer.is_some() => return param,
+                    Ok(values) => half_bits(values.bits, shape, self.device),
+                    Err(error) => {
+                        self.error = Some(error);
+                        return param;
+                    }
+                }
+            }
+            _ => unreachable!("the only int parameters are blocks and 16-bit patterns"),
         };
         let id = param.id;
         param.transform_for_load(tensor, id)
     }
 }
 
-/// A way of reading a checkpoint tensor: [`Checkpoint::read_f32`], [`Checkpoint::read_q8`] or
-/// [`Checkpoint::read_q4`].
+/// A way of reading a checkpoint tensor: [`Checkpoint::read_f32`], [`Checkpoint::read_q8`],
+/// [`Checkpoint::read_q4`], [`Checkpoint::read_f16`] or [`Checkpoint::read_bf16`].
 type Reader<T> = fn(&Checkpoint, &str, &[usize]) -> Result<T, LoadError>;
 
 /// What a reader returns, stacked from per-expert tensors.
@@ -363,6 +382,13 @@ impl<A: Stack, B: Stack> Stack for (A, B) {
     }
 }
 
+impl Stack for HalfValues {
+    fn append(&mut self, part: Self, parts: usize) {
+        self.half = part.half;
+        Stack::append(&mut self.bits, part.bits, parts);
+    }
+}
+
 /// How the field `field` of a module of type `owner` (burn's container type, `Struct:Name`) is
 /// held: its rule in [`STORED`], or [`Stored::AsIs`].
 pub fn stored(owner: &str, field: &str) -> Stored {
@@ -370,6 +396,20 @@ pub fn stored(owner: &str, field: &str) -> Stored {
         .iter()
         .find(|(rule_owner, rule_field, _)| *rule_owner == owner && *rule_field == field)
         .map_or(Stored::AsIs, |(_, _, stored)| *stored)
+}
+
+/// The 16-bit float of the format variant (`F16` or `Bf16`) a module path (fields with their
+/// owners' types, innermost last) is in.
+///
+/// # Panics
+/// If the path is under neither: only a `HalfWeight` holds 16-bit patterns.
+pub fn half_of(path: &[(String, String)]) -> Half {
+    let variant = path.iter().rev().find_map(|(name, _)| match name.as_str() {
+        "F16" => Some(Half::F16),
+        "Bf16" => Some(Half::Bf16),
+        _ => None,
+    });
+    variant.expect("16-bit patterns are held under an F16 or Bf16 variant")
 }
 
 /// `(weights, rows, cols)` of a weight `[rows, cols]` (one weight) or a stack of them

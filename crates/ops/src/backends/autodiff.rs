@@ -70,6 +70,10 @@ impl<B: crate::Q4Matmul, C: CheckpointStrategy> crate::Q4Matmul for Autodiff<B, 
     }
 }
 
+/// The generic form through autodiff's own ops: the gradient reaches `x`; the weight's bits have
+/// none.
+impl<B: crate::HalfMatmul, C: CheckpointStrategy> crate::HalfMatmul for Autodiff<B, C> {}
+
 /// The generic form through autodiff's own ops, so gradients reach both operands.
 impl<B: crate::DenseMatmul, C: CheckpointStrategy> crate::DenseMatmul for Autodiff<B, C> {}
 

@@ -52,6 +52,8 @@ impl<F: FloatCandleElement, I: IntCandleElement> crate::Q8Matmul for Candle<F, I
 
 impl<F: FloatCandleElement, I: IntCandleElement> crate::Q4Matmul for Candle<F, I> {}
 
+impl<F: FloatCandleElement, I: IntCandleElement> crate::HalfMatmul for Candle<F, I> {}
+
 impl<F: FloatCandleElement, I: IntCandleElement> crate::DenseMatmul for Candle<F, I> {}
 
 /// On the CPU device, [`cpu::delta_rule`] on the host values (f32); elsewhere the generic

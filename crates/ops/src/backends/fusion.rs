@@ -70,6 +70,8 @@ impl<B: FusionBackend> crate::Q8Matmul for Fusion<B> {}
 
 impl<B: FusionBackend> crate::Q4Matmul for Fusion<B> {}
 
+impl<B: FusionBackend> crate::HalfMatmul for Fusion<B> {}
+
 impl<B: FusionBackend> crate::DenseMatmul for Fusion<B> {}
 
 /// The generic chunked form, whose tensor ops fuse like any others.

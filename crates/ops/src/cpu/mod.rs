@@ -1,13 +1,14 @@
 //! Plain-Rust kernels for the CPU backends (ndarray, candle): one pass over the ids, forward
 //! substitution per matrix in parallel over the batch, sgemm on operands read in place, the
 //! grouped (per-expert) products in one parallel pass, the Q8_0 and Q4_0 matmuls as an integer
-//! dot where the CPU has one, and the delta rule token by token.
+//! dot where the CPU has one, 16-bit weights read as f32 a panel at a time, and the delta rule token by token.
 
-use half::f16;
+use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+use half::{bf16, f16};
 use num_traits::Float;
 use rayon::prelude::*;
 
-use crate::{dequantize_q8, quantize_activations_q8};
+use crate::{Half, dequantize_q8, quantize_activations_q8};
 
 pub use isa::Isa;
 
@@ -135,6 +136,16 @@ pub fn dequantized_q4_matmul(x: &[f32], n: usize, packed: &[u8], scales: &[f16],
                 dst[j + BLOCK / 2] = ((byte >> 4) as f32 - 8.0) * d;
             }
         }
+    })
+}
+
+/// `x [n, d_in] · Wᵀ -> [n, d_out]` for `W [d_out, d_in]` in 16-bit floats (`bits` in row
+/// order), through [`dequantized_matmul`]: panels of rows read as f32 (F16C / AVX-512 where the
+/// CPU has them, through `half`'s slice conversions), then sgemm. The activations stay f32.
+pub fn half_matmul(x: &[f32], n: usize, bits: &[u16], half: Half, d_out: usize, d_in: usize) -> Vec<f32> {
+    dequantized_matmul(x, n, d_out, d_in, |first, weights| match half {
+        Half::F16 => bits[first * d_in..][..weights.len()].reinterpret_cast::<f16>().convert_to_f32_slice(weights),
+        Half::Bf16 => bits[first * d_in..][..weights.len()].reinterpret_cast::<bf16>().convert_to_f32_slice(weights),
     })
 }
 
@@ -318,6 +329,17 @@ pub fn grouped_q4_matmul(x: &[f32], counts: &[usize], packed: &[u8], scales: &[f
     let (size, blocks) = (d_out * d_in / 2, d_out * d_in / crate::Q4_BLOCK);
     check_grouped(x, counts, d_in, (packed.len(), scales.len()), (size, blocks));
     per_expert(x, counts, d_in, |e, x, rows| q4_matmul(x, rows, &packed[e * size..][..size], &scales[e * blocks..][..blocks], d_out, d_in))
+}
+
+/// [`grouped_q8_matmul`] with the experts' weights in 16-bit floats, `bits [E, d_out, d_in]`:
+/// [`half_matmul`] per expert, the experts in parallel.
+///
+/// # Panics
+/// If the slices do not match the shapes (`counts` summing to `rows`).
+pub fn grouped_half_matmul(x: &[f32], counts: &[usize], bits: &[u16], half: Half, d_out: usize, d_in: usize) -> Vec<f32> {
+    let size = d_out * d_in;
+    check_grouped(x, counts, d_in, (bits.len(), 0), (size, 0));
+    per_expert(x, counts, d_in, |e, x, rows| half_matmul(x, rows, &bits[e * size..][..size], half, d_out, d_in))
 }
 
 /// Panics unless `x` holds the rows `counts` sum to and the weights' `(values, scales)` lengths

@@ -98,6 +98,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::Q8M
 
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::Q4Matmul for CubeBackend<R, F, I, BT> {}
 
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::HalfMatmul for CubeBackend<R, F, I, BT> {}
+
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::DenseMatmul for CubeBackend<R, F, I, BT> {}
 
 /// The generic chunked form (its matmuls and the inverse kernel above).

@@ -1,0 +1,127 @@
+//! Matmul with weights in 16-bit floats: IEEE half (`f16`) or bfloat16 (`bf16`, the type the
+//! released checkpoints are stored in).
+//!
+//! A weight `W [out, in]` (PyTorch's orientation, as stored in a checkpoint) is held as its 16-bit
+//! patterns in an int tensor, as the Q8_0 scales are ([`crate::block_scales`]): not every backend
+//! has 16-bit float tensors (ndarray has none). The product reads the patterns back as the exact
+//! f32 values they stand for and computes `x · Wᵀ` in f32: the activations are not rounded, so the
+//! result is the f32 path's on the rounded weight (for a bf16 checkpoint loaded as `bf16`, the f32
+//! path's exactly).
+
+use burn::tensor::ops::{FloatTensor, IntTensor};
+use burn::tensor::{Int, Shape, Tensor, TensorData, TensorPrimitive, backend::Backend};
+use half::{bf16, f16};
+
+use crate::Q8Matmul;
+
+/// Which 16-bit float a weight's patterns are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Half {
+    /// IEEE 754 binary16: 5 exponent bits, 10 mantissa bits; largest finite 65,504.
+    F16,
+    /// bfloat16: f32's 8 exponent bits, 7 mantissa bits (the released checkpoints' type).
+    #[default]
+    Bf16,
+}
+
+impl Half {
+    /// Mantissa bits and exponent bias.
+    const fn fields(self) -> (u32, i32) {
+        match self {
+            Half::F16 => (10, 15),
+            Half::Bf16 => (7, 127),
+        }
+    }
+
+    /// The pattern nearest to `x` (ties to even), or `None` where `x` is not finite in this type
+    /// (an f32 above f16's range).
+    pub fn from_f32(self, x: f32) -> Option<u16> {
+        let bits = match self {
+            Half::F16 => f16::from_f32(x).to_bits(),
+            Half::Bf16 => bf16::from_f32(x).to_bits(),
+        };
+        self.is_finite(bits).then_some(bits)
+    }
+
+    pub fn to_f32(self, bits: u16) -> f32 {
+        match self {
+            Half::F16 => f16::from_bits(bits).to_f32(),
+            Half::Bf16 => bf16::from_bits(bits).to_f32(),
+        }
+    }
+
+    /// Whether `bits` is a finite value (its exponent field is not all ones).
+    pub fn is_finite(self, bits: u16) -> bool {
+        let (mantissa, _) = self.fields();
+        let exponent_mask = (0x7fff >> mantissa) << mantissa;
+        bits & exponent_mask != exponent_mask
+    }
+}
+
+/// `x · Wᵀ` with `W` in 16-bit floats.
+pub trait HalfMatmul: Q8Matmul {
+    /// `x`: `[n, in]`; `bits`: `[out, in]` patterns of `half` in the int dtype of
+    /// [`Q8Matmul::block_scales_dtype`], all finite. Returns `[n, out]`. The default reads the
+    /// weight as f32 ([`half_bits_f32`]) and runs the backend's matmul.
+    fn half_matmul(x: FloatTensor<Self>, bits: IntTensor<Self>, half: Half) -> FloatTensor<Self> {
+        let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
+        crate::generic::half_matmul(x, Tensor::from_primitive(bits), half).into_primitive().tensor()
+    }
+
+    /// The grouped form (see [`crate::grouped_matmul`]): `x [rows, in]` sorted by expert,
+    /// `counts [experts]` rows each; `bits [experts, out, in]`. Returns `[rows, out]`. The default
+    /// is a [`HalfMatmul::half_matmul`] per expert with rows.
+    fn grouped_half_matmul(x: FloatTensor<Self>, bits: IntTensor<Self>, counts: IntTensor<Self>, half: Half) -> FloatTensor<Self> {
+        crate::generic::grouped_half_matmul::<Self>(x, bits, counts, half)
+    }
+}
+
+/// `x [n, in] · Wᵀ -> [n, out]` with `W [out, in]` given as 16-bit patterns of `half`.
+pub fn half_matmul<B: HalfMatmul>(x: Tensor<B, 2>, bits: Tensor<B, 2, Int>, half: Half) -> Tensor<B, 2> {
+    let ([_, d_in], [out, w_in]) = (x.dims(), bits.dims());
+    assert!(d_in == w_in, "half_matmul: x [_, {d_in}] and the weight [{out}, {w_in}] do not match");
+    Tensor::from_primitive(TensorPrimitive::Float(B::half_matmul(x.into_primitive().tensor(), bits.into_primitive(), half)))
+}
+
+/// [`half_matmul`] grouped by expert: `x [rows, in]`, sorted by expert with `counts [experts]`
+/// rows each (summing to `rows`), times each row's expert's weight of `bits [experts, out, in]`.
+/// Returns `[rows, out]`.
+pub fn grouped_half_matmul<B: HalfMatmul>(x: Tensor<B, 2>, bits: Tensor<B, 3, Int>, counts: Tensor<B, 1, Int>, half: Half) -> Tensor<B, 2> {
+    let ([_, d_in], [experts, out, w_in], [c]) = (x.dims(), bits.dims(), counts.dims());
+    assert!(
+        d_in == w_in && c == experts,
+        "grouped_half_matmul: x [_, {d_in}], the weights [{experts}, {out}, {w_in}] and counts [{c}] do not match"
+    );
+    Tensor::from_primitive(TensorPrimitive::Float(B::grouped_half_matmul(
+        x.into_primitive().tensor(),
+        bits.into_primitive(),
+        counts.into_primitive(),
+        half,
+    )))
+}
+
+/// 16-bit patterns `[...]` as a tensor of the backend's [`Q8Matmul::block_scales_dtype`].
+pub fn half_bits<B: Q8Matmul, const D: usize>(bits: Vec<u16>, shape: impl Into<Shape>, device: &B::Device) -> Tensor<B, D, Int> {
+    Tensor::from_data(TensorData::new(bits, shape), (device, B::block_scales_dtype()))
+}
+
+/// The f32 values of finite 16-bit patterns of `half`, in tensor ops on any backend whose float
+/// element is f32 (every backend here), each step exact. A pattern `b` is a sign `s = b / 32768`
+/// and a magnitude `b - 32768 s` of exponent field `e` and mantissa field `m` (`M` bits, bias
+/// `E`): `(2^M + m) · 2^(e - E - M)`, or `m · 2^(1 - E - M)` when `e` is 0, both `((magnitude -
+/// (max(e, 1) - 1) · 2^M) / 2^M) · 2^(max(e, 1) - E)`; the powers of two are read from a table
+/// and are normal f32 numbers (a GPU that flushes subnormals reads none).
+pub fn half_bits_f32<B: Backend, const D: usize>(bits: Tensor<B, D, Int>, half: Half) -> Tensor<B, D> {
+    let (mantissa_bits, bias) = half.fields();
+    let one = (1u32 << mantissa_bits) as f32;
+    let shape = bits.shape();
+    let bits = bits.float();
+    let sign = bits.clone().div_scalar(32768.0).floor();
+    let magnitude = bits - sign.clone() * 32768.0;
+    let exponent = magnitude.clone().div_scalar(one).floor().clamp_min(1.0);
+    let significand = (magnitude - (exponent.clone() - 1.0) * one).div_scalar(one);
+    let powers: Vec<f32> = (0..1i32 << (15 - mantissa_bits)).map(|e| 2f32.powi(e.max(1) - bias)).collect();
+    let powers = Tensor::<B, 1>::from_floats(powers.as_slice(), &significand.device());
+    let power = powers.select(0, exponent.int().reshape([shape.num_elements()])).reshape(shape);
+    significand * power * (sign * -2.0 + 1.0)
+}
