@@ -121,6 +121,36 @@ fn non_finite_weights_name_the_tensor() {
     assert_eq!(load_error(dir.path()), format!("tensor `{A_LOG}` has 1 NaN or infinite values (the first at flat index 1): the checkpoint is broken"));
 }
 
+/// A bf16 weight beyond f16's range (65,504) refuses an f16 load, naming the tensor, the count
+/// and the first index; the same checkpoint loads in bf16, which holds it. A NaN refuses a
+/// bf16 load (its bytes are copied as they are) as it refuses an f32 one.
+#[test]
+fn weights_a_16_bit_format_cannot_hold_name_the_tensor() {
+    const Q_PROJ: &str = "model.layers.3.self_attn.q_proj.weight";
+    let dir = dense_copy();
+    rewrite(dir.path(), |name, d, s, mut b| {
+        if name == Q_PROJ {
+            assert_eq!(d, Dtype::BF16, "the fixture stores q_proj in bf16");
+            for i in [5, 9] {
+                b[2 * i..2 * i + 2].copy_from_slice(&half::bf16::from_f32(-7e4).to_le_bytes());
+            }
+        }
+        Some((d, s, b))
+    });
+    let load = |weights| qwen35::load_model_with_weights::<B>(dir.path(), weights, &Default::default()).map(|_| ());
+    let error = load(qwen35::WeightFormat::F16).unwrap_err().to_string();
+    assert_eq!(error, format!("tensor `{Q_PROJ}` has 2 values beyond the range of f16 (the first at flat index 5): load it as bf16 or f32"));
+    assert!(load(qwen35::WeightFormat::Bf16).is_ok(), "bf16 holds -7e4");
+    rewrite(dir.path(), |name, d, s, mut b| {
+        if name == Q_PROJ {
+            b[2 * 9..2 * 9 + 2].copy_from_slice(&half::bf16::NAN.to_le_bytes());
+        }
+        Some((d, s, b))
+    });
+    let error = load(qwen35::WeightFormat::Bf16).unwrap_err().to_string();
+    assert_eq!(error, format!("tensor `{Q_PROJ}` has 1 NaN or infinite values (the first at flat index 9): the checkpoint is broken"));
+}
+
 /// A copy of `moe/hf_layout`: an index and two shards.
 fn sharded_copy() -> tempfile::TempDir {
     fixture_copy("moe/hf_layout")

@@ -83,6 +83,9 @@ fn blocks_of_another_format_are_refused_with_the_fix() {
     let q4 = quantized("dense/save_pretrained", WeightFormat::Q4);
     let message = load_error_in(q4.path(), WeightFormat::Q8);
     assert!(message.contains("stored in q4 blocks, asked for q8"), "{message}");
+    // Widening blocks to 16 bits would not give back the weights they were made from.
+    let message = load_error_in(q8.path(), WeightFormat::Bf16);
+    assert!(message.contains("stored in q8 blocks, asked for bf16: load the folder with `--weights q8` (or `auto`), or load the original in bf16"), "{message}");
     // Q4_0 bytes of another dtype, and a scale that is not finite (Q4_0's may be negative).
     let rewritten = |edit: &dyn Fn(&str, Dtype, Vec<usize>, Vec<u8>) -> (Dtype, Vec<usize>, Vec<u8>)| {
         let folder = quantized("dense/save_pretrained", WeightFormat::Q4);
