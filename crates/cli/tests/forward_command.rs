@@ -61,7 +61,7 @@ fn forward_writes_the_reference_logits_on_every_backend() {
 /// `--weights q8` and `q4` reach the model: its logits move off the f32 ones by the rounding, q4
 /// more than q8, and only by that (bounds measured on this random fixture, which amplifies
 /// weight noise layer by layer: 3 % and 35 % of the logits' scale; the exact comparison with
-/// rounded weights is `tests/weight_formats.rs`).
+/// rounded weights is `tests/weight_formats.rs`). `--weights bf16` gives the f32 logits.
 #[test]
 fn forward_with_block_weights_writes_nearby_logits() {
     let dir = tempfile::tempdir().unwrap();
@@ -88,6 +88,8 @@ fn forward_with_block_weights_writes_nearby_logits() {
         worst_of.push(worst);
     }
     assert!(worst_of[1] > worst_of[0], "q4 moves the logits less than q8: {worst_of:?}");
+    // The fixture's weights are bf16 values: `--weights bf16` holds them exactly.
+    relative_check("bf16 logits", &run("bf16"), &f32_logits, 1e-4);
 }
 
 #[test]
@@ -98,7 +100,7 @@ fn bad_input_is_reported() {
         (&["--ids", "1,2,256"], "token id 256 is out of range for this model's vocab_size 256"),
         (&["--ids", "1,x"], "invalid value 'x'"),
         (&["--ids", "1", "--backend", "tpu"], "possible values"),
-        (&["--ids", "1", "--weights", "q3"], "unknown weight format `q3` (expected one of: auto, f32, q8, q4)"),
+        (&["--ids", "1", "--weights", "q3"], "unknown weight format `q3` (expected one of: auto, f32, q8, q4, f16, bf16)"),
     ];
     for (args, message) in cases {
         let output = decider()
