@@ -4,7 +4,7 @@
 //! dot where the CPU has one, 16-bit weights read as f32 a panel at a time, and the delta rule token by token.
 
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
-use half::{bf16, f16};
+use half::f16;
 use num_traits::Float;
 use rayon::prelude::*;
 
@@ -140,12 +140,20 @@ pub fn dequantized_q4_matmul(x: &[f32], n: usize, packed: &[u8], scales: &[f16],
 }
 
 /// `x [n, d_in] · Wᵀ -> [n, d_out]` for `W [d_out, d_in]` in 16-bit floats (`bits` in row
-/// order), through [`dequantized_matmul`]: panels of rows read as f32 (F16C / AVX-512 where the
-/// CPU has them, through `half`'s slice conversions), then sgemm. The activations stay f32.
+/// order), through [`dequantized_matmul`]: panels of rows read as f32, then sgemm. The
+/// activations stay f32. An f16 is widened by `half`'s slice conversion (F16C where the CPU has
+/// it); a bf16 is the top half of its f32, a shift the compiler vectorises.
 pub fn half_matmul(x: &[f32], n: usize, bits: &[u16], half: Half, d_out: usize, d_in: usize) -> Vec<f32> {
-    dequantized_matmul(x, n, d_out, d_in, |first, weights| match half {
-        Half::F16 => bits[first * d_in..][..weights.len()].reinterpret_cast::<f16>().convert_to_f32_slice(weights),
-        Half::Bf16 => bits[first * d_in..][..weights.len()].reinterpret_cast::<bf16>().convert_to_f32_slice(weights),
+    dequantized_matmul(x, n, d_out, d_in, |first, weights| {
+        let bits = &bits[first * d_in..][..weights.len()];
+        match half {
+            Half::F16 => bits.reinterpret_cast::<f16>().convert_to_f32_slice(weights),
+            Half::Bf16 => {
+                for (w, &b) in weights.iter_mut().zip(bits) {
+                    *w = f32::from_bits(u32::from(b) << 16);
+                }
+            }
+        }
     })
 }
 
