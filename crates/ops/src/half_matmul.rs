@@ -14,7 +14,8 @@ use half::{bf16, f16};
 
 use crate::Q8Matmul;
 
-/// Which 16-bit float a weight's patterns are.
+/// Which 16-bit float a weight's patterns are (bf16 by default, so that a collection of patterns
+/// can start empty).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Half {
     /// IEEE 754 binary16: 5 exponent bits, 10 mantissa bits; largest finite 65,504.
@@ -43,6 +44,7 @@ impl Half {
         self.is_finite(bits).then_some(bits)
     }
 
+    /// The value pattern `bits` stands for.
     pub fn to_f32(self, bits: u16) -> f32 {
         match self {
             Half::F16 => f16::from_bits(bits).to_f32(),

@@ -3,8 +3,8 @@
 //!
 //! A prompt reads one row of the embeddings per token and a decision only the option labels'
 //! rows of the head, so the table is kept in row order in every format, never in a matmul
-//! kernel's layout. Rows are dequantized (or widened) to f32 when read, so what is computed with them is
-//! exact for the weights the format holds.
+//! kernel's layout. Rows are dequantized (or widened) to f32 when read, so what is computed with
+//! them is exact for the weights the format holds.
 
 use burn::config::Config;
 use burn::module::{Module, Param};
