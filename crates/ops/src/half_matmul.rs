@@ -110,18 +110,18 @@ pub fn half_bits<B: Q8Matmul, const D: usize>(bits: Vec<u16>, shape: impl Into<S
 /// The f32 values of finite 16-bit patterns of `half`, in tensor ops on any backend whose float
 /// element is f32 (every backend here), each step exact. A pattern `b` is a sign `s = b / 32768`
 /// and a magnitude `b - 32768 s` of exponent field `e` and mantissa field `m` (`M` bits, bias
-/// `E`): `(2^M + m) · 2^(e - E - M)`, or `m · 2^(1 - E - M)` when `e` is 0, both `((magnitude -
-/// (max(e, 1) - 1) · 2^M) / 2^M) · 2^(max(e, 1) - E)`; the powers of two are read from a table
-/// and are normal f32 numbers (a GPU that flushes subnormals reads none).
+/// `E`). With `t = magnitude / 2^M = e + m / 2^M`, the value is `(1 + m / 2^M) · 2^(e - E)`, or
+/// `(m / 2^M) · 2^(1 - E)` when `e` is 0: both `(t - max(e, 1) + 1) · 2^(max(e, 1) - E)`. The
+/// powers of two are read from a table and are normal f32 numbers (a GPU that flushes subnormals
+/// reads none).
 pub fn half_bits_f32<B: Backend, const D: usize>(bits: Tensor<B, D, Int>, half: Half) -> Tensor<B, D> {
     let (mantissa_bits, bias) = half.fields();
-    let one = (1u32 << mantissa_bits) as f32;
     let shape = bits.shape();
     let bits = bits.float();
     let sign = bits.clone().div_scalar(32768.0).floor();
-    let magnitude = bits - sign.clone() * 32768.0;
-    let exponent = magnitude.clone().div_scalar(one).floor().clamp_min(1.0);
-    let significand = (magnitude - (exponent.clone() - 1.0) * one).div_scalar(one);
+    let t = (bits - sign.clone() * 32768.0).div_scalar((1u32 << mantissa_bits) as f32);
+    let exponent = t.clone().floor().clamp_min(1.0);
+    let significand = t - exponent.clone() + 1.0;
     let powers: Vec<f32> = (0..1i32 << (15 - mantissa_bits)).map(|e| 2f32.powi(e.max(1) - bias)).collect();
     let powers = Tensor::<B, 1>::from_floats(powers.as_slice(), &significand.device());
     let power = powers.select(0, exponent.int().reshape([shape.num_elements()])).reshape(shape);

@@ -58,14 +58,6 @@ impl WeightFormat {
         }
     }
 
-    /// The 16-bit float of the half formats.
-    pub fn half(self) -> Option<Half> {
-        match self {
-            WeightFormat::F16 => Some(Half::F16),
-            WeightFormat::Bf16 => Some(Half::Bf16),
-            _ => None,
-        }
-    }
 
     /// The format a weight with `d_input` input values gets: block formats need whole blocks.
     pub fn for_input_width(self, d_input: usize) -> WeightFormat {

@@ -1,7 +1,8 @@
 //! Plain-Rust kernels for the CPU backends (ndarray, candle): one pass over the ids, forward
 //! substitution per matrix in parallel over the batch, sgemm on operands read in place, the
 //! grouped (per-expert) products in one parallel pass, the Q8_0 and Q4_0 matmuls as an integer
-//! dot where the CPU has one, 16-bit weights read as f32 a panel at a time, and the delta rule token by token.
+//! dot where the CPU has one, 16-bit weights read as f32 a panel at a time, and the delta rule
+//! token by token.
 
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 use half::f16;
