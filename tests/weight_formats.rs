@@ -12,15 +12,16 @@
 //! blocks (same values, same f16 scale: a llama.cpp Q4_0 block rounds to itself with no error,
 //! which the scale search of `decider_ops::quantize_q4` cannot beat), so its f32 load and its
 //! quantized load hold the same numbers. The block products also round
-//! its input to 8-bit blocks (`decider_ops::quantize_activations_q8`); the inputs here are such
-//! round trips already, which that rounding keeps (up to the last bit of a block's scale). Whole
+//! its input to planes of 8-bit blocks (`decider_ops::quantize_activations`); the inputs here are
+//! one plane's round trips already, which that rounding keeps (up to the last bit of a block's
+//! scale; the remainder is then zero). Whole
 //! models are not compared: there every projection's rounding is real, and on these small
 //! random models it is amplified layer by layer (up to 0.15 of a layer's scale).
 
 use burn::module::{Module, Param, ParamId};
 use burn::tensor::{Int, Tensor, TensorData};
 use decider_ops::{
-    Q4_BLOCK, Q8_BLOCK, block_scales, dequantize_q4, dequantize_q8, grouped_matmul, q4_values, q8_values, quantize_activations_q8, quantize_q4, quantize_q8, reference,
+    ActivationPlanes, Q4_BLOCK, Q8_BLOCK, block_scales, dequantize_q4, dequantize_q8, grouped_matmul, q4_values, q8_values, quantize_activations, quantize_q4, quantize_q8, reference,
 };
 use integration_tests::{LAYOUTS, MODELS, fixture_copy, fixture_path, relative_check, rewrite_tensors};
 use qwen35::decoder::{FeedForward, TokenMixer};
@@ -90,7 +91,7 @@ fn rounded_input<B: Qwen35Ops>(rows: usize, width: usize, seed: u64, device: &B:
     // A width of partial blocks has no q8 projection (they stay f32): nothing to round for.
     let x = match width % Q8_BLOCK {
         0 => {
-            let (q, scales) = quantize_activations_q8(&x, width);
+            let [(q, scales)] = <[_; 1]>::try_from(quantize_activations(&x, width, ActivationPlanes::One)).unwrap();
             dequantize_q8(&q, &scales)
         }
         _ => x,
@@ -180,6 +181,7 @@ fn check_experts<B: Qwen35Ops>() {
         let q8 = Q8Weight {
             values: Param::initialized(ParamId::new(), q8_values(q, [batch, d_out, d_in], &device)),
             scales: Param::initialized(ParamId::new(), block_scales(scales, [batch, d_out, d_in / Q8_BLOCK], &device)),
+            planes: ActivationPlanes::One,
         };
         let (packed, scales) = quantize_q4(&rows, d_in);
         let q4_rounded = Tensor::<B, 3>::from_data(TensorData::new(dequantize_q4(&packed, &scales), [batch, d_out, d_in]), &device).swap_dims(1, 2);

@@ -14,7 +14,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor, TensorData};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use decider_ops::{
-    DenseMatmul, ExpertCount, Q8_BLOCK, Q8Matmul, UnitLowerInverse, expert_count, generic, grouped_matmul, grouped_q8_matmul, block_scales, q8_matmul, q8_values,
+    ActivationPlanes, DenseMatmul, ExpertCount, Q8_BLOCK, Q8Matmul, UnitLowerInverse, expert_count, generic, grouped_matmul, grouped_q8_matmul, block_scales, q8_matmul, q8_values,
     quantize_q8, reference, unit_lower_inverse,
 };
 
@@ -101,15 +101,17 @@ fn bench_backend<B: ExpertCount + UnitLowerInverse + Q8Matmul + DenseMatmul>(c: 
                 sync()
             })
         });
-        group.bench_with_input(BenchmarkId::new("q8_specialised", tokens), &x, |b, x| {
+        for (name, planes) in [("q8_specialised_one_plane", ActivationPlanes::One), ("q8_specialised_two_planes", ActivationPlanes::Two)] {
+            group.bench_with_input(BenchmarkId::new(name, tokens), &x, |b, x| {
+                b.iter(|| {
+                    let _ = q8_matmul(x.clone(), values.clone(), scales.clone(), planes);
+                    sync()
+                })
+            });
+        }
+        group.bench_with_input(BenchmarkId::new("q8_generic_one_plane", tokens), &x, |b, x| {
             b.iter(|| {
-                let _ = q8_matmul(x.clone(), values.clone(), scales.clone());
-                sync()
-            })
-        });
-        group.bench_with_input(BenchmarkId::new("q8_generic", tokens), &x, |b, x| {
-            b.iter(|| {
-                let _ = generic::q8_matmul(x.clone(), values.clone(), scales.clone());
+                let _ = generic::q8_matmul(x.clone(), values.clone(), scales.clone(), ActivationPlanes::One);
                 sync()
             })
         });
@@ -143,13 +145,13 @@ fn bench_backend<B: ExpertCount + UnitLowerInverse + Q8Matmul + DenseMatmul>(c: 
         });
         group.bench_with_input(BenchmarkId::new("q8_specialised", &shape), &x, |b, x| {
             b.iter(|| {
-                let _ = grouped_q8_matmul(x.clone(), values.clone(), scales.clone(), counts.clone());
+                let _ = grouped_q8_matmul(x.clone(), values.clone(), scales.clone(), counts.clone(), ActivationPlanes::One);
                 sync()
             })
         });
         group.bench_with_input(BenchmarkId::new("q8_generic", &shape), &x, |b, x| {
             b.iter(|| {
-                let _ = generic::grouped_q8_matmul::<B>(x.clone().into_primitive().tensor(), values.clone().into_primitive(), scales.clone().into_primitive(), counts.clone().into_primitive());
+                let _ = generic::grouped_q8_matmul::<B>(x.clone().into_primitive().tensor(), values.clone().into_primitive(), scales.clone().into_primitive(), counts.clone().into_primitive(), ActivationPlanes::One);
                 sync()
             })
         });

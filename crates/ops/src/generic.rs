@@ -4,7 +4,7 @@
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
 
-use crate::{DenseMatmul, Half, HalfMatmul, Q4Matmul, Q8Matmul, UnitLowerInverse};
+use crate::{ActivationPlanes, DenseMatmul, Half, HalfMatmul, Q4Matmul, Q8Matmul, UnitLowerInverse};
 
 /// The generic count: each id compared with every expert index, summed over the ids, a chunk of
 /// ids at a time so memory stays bounded (`CHUNK x E`). Ids outside `0..E` match no index.
@@ -89,9 +89,9 @@ fn diagonal_blocks<B: Backend>(a: Tensor<B, 3>, b: usize) -> Tensor<B, 4> {
         .slice([0..batch, 0..count, 0..b, 0..b])
 }
 
-/// `round_q8(x) · Wᵀ` with the Q8_0 weight dequantized first (`[out, in / 32, 32]` values times
-/// their block's scale), then one float matmul on the rounded activations.
-pub fn q8_matmul<B: Backend>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>) -> Tensor<B, 2> {
+/// `round(x) · Wᵀ` with the Q8_0 weight dequantized first (`[out, in / 32, 32]` values times
+/// their block's scale), then one float matmul on the activations rounded to `planes`.
+pub fn q8_matmul<B: Backend>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>, planes: ActivationPlanes) -> Tensor<B, 2> {
     let [out, d_in] = values.dims();
     let [n, _] = x.dims();
     if n == 0 {
@@ -100,11 +100,11 @@ pub fn q8_matmul<B: Backend>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales:
     }
     let blocks = d_in / crate::Q8_BLOCK;
     let weight = values.float().reshape([out, blocks, crate::Q8_BLOCK]) * crate::block_scales_f32(scales).reshape([out, blocks, 1]);
-    round_activations_q8(x).matmul(weight.reshape([out, d_in]).transpose())
+    round_activations(x, planes).matmul(weight.reshape([out, d_in]).transpose())
 }
 
-/// `round_q8(x) · Wᵀ` with the Q4_0 weight unpacked and dequantized first ([`q4_weight`]),
-/// then one float matmul on the rounded activations.
+/// `round(x) · Wᵀ` with the Q4_0 weight unpacked and dequantized first ([`q4_weight`]),
+/// then one float matmul on the activations rounded to [`crate::Q4_ACTIVATION_PLANES`] planes.
 pub fn q4_matmul<B: Backend>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>) -> Tensor<B, 2> {
     let [out, _] = values.dims();
     let [n, _] = x.dims();
@@ -112,7 +112,7 @@ pub fn q4_matmul<B: Backend>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales:
         // burn-ndarray 0.21's matmul divides by the row count.
         return Tensor::zeros([0, out], &x.device());
     }
-    round_activations_q8(x).matmul(q4_weight(values, scales).transpose())
+    round_activations(x, crate::Q4_ACTIVATION_PLANES).matmul(q4_weight(values, scales).transpose())
 }
 
 /// The weight `[rows, in]` that Q4_0 packed `values [rows, in / 2]` (in Q4_0's order) and their
@@ -140,16 +140,21 @@ pub fn half_matmul<B: Backend>(x: Tensor<B, 2>, bits: Tensor<B, 2, Int>, half: H
     x.matmul(crate::half_bits_f32(bits, half).transpose())
 }
 
-/// `x [n, in]` rounded to 8-bit blocks of 32 and back, as [`crate::quantize_activations_q8`]
-/// rounds it. Rounding has no gradient: the gradient passes to `x` as if unrounded (the
-/// straight-through estimator of quantization-aware training).
-fn round_activations_q8<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
+/// `x [n, in]` rounded to `planes` of 8-bit blocks of 32 and back, as
+/// [`crate::quantize_activations`] rounds it. Rounding has no gradient: the gradient passes to `x`
+/// as if unrounded (the straight-through estimator of quantization-aware training).
+fn round_activations<B: Backend>(x: Tensor<B, 2>, planes: ActivationPlanes) -> Tensor<B, 2> {
     let [n, d_in] = x.dims();
-    let blocks = x.clone().detach().reshape([n, d_in / crate::Q8_BLOCK, crate::Q8_BLOCK]);
-    let scale = blocks.clone().abs().max_dim(2).div_scalar(127.0);
-    // A zero scale is a zero block: divided by 1, its values stay 0.
-    let divisor = scale.clone().mask_fill(scale.clone().equal_elem(0.0), 1.0);
-    let rounded = (blocks / divisor).round() * scale;
+    let mut rest = x.clone().detach().reshape([n, d_in / crate::Q8_BLOCK, crate::Q8_BLOCK]);
+    let mut rounded = rest.zeros_like();
+    for _ in 0..planes.count() {
+        let scale = rest.clone().abs().max_dim(2).div_scalar(127.0);
+        // A zero scale is a zero block: divided by 1, its values stay 0.
+        let divisor = scale.clone().mask_fill(scale.clone().equal_elem(0.0), 1.0);
+        let plane = (rest.clone() / divisor).round() * scale;
+        rest = rest - plane.clone();
+        rounded = rounded + plane;
+    }
     // `x + (r - x)` is `r` exactly: `r` is 0 or within a factor of 2 of `x` (Sterbenz).
     x.clone() + (rounded.reshape([n, d_in]) - x).detach()
 }
@@ -180,7 +185,7 @@ pub fn grouped_matmul<B: DenseMatmul>(x: FloatTensor<B>, weights: FloatTensor<B>
 }
 
 /// [`crate::grouped_q8_matmul`] as a [`Q8Matmul::q8_matmul`] per expert with rows.
-pub fn grouped_q8_matmul<B: Q8Matmul>(x: FloatTensor<B>, values: IntTensor<B>, scales: IntTensor<B>, counts: IntTensor<B>) -> FloatTensor<B> {
+pub fn grouped_q8_matmul<B: Q8Matmul>(x: FloatTensor<B>, values: IntTensor<B>, scales: IntTensor<B>, counts: IntTensor<B>, planes: ActivationPlanes) -> FloatTensor<B> {
     let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(x));
     let values = Tensor::<B, 3, Int>::from_primitive(values);
     let scales = Tensor::<B, 3, Int>::from_primitive(scales);
@@ -188,7 +193,7 @@ pub fn grouped_q8_matmul<B: Q8Matmul>(x: FloatTensor<B>, values: IntTensor<B>, s
     per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| {
         let values = values.clone().narrow(0, expert, 1).reshape([d_out, d_in]);
         let scales = scales.clone().narrow(0, expert, 1).reshape([d_out, d_in / crate::Q8_BLOCK]);
-        crate::q8_matmul(x, values, scales)
+        crate::q8_matmul(x, values, scales, planes)
     })
     .into_primitive()
     .tensor()

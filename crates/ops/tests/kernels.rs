@@ -4,7 +4,7 @@
 
 use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
 use decider_ops::{
-    DenseMatmul, ExpertCount, GatedDeltaRule, Half, HalfMatmul, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, UnitLowerInverse, block_scales, block_scales_f32, dense_matmul,
+    DenseMatmul, ExpertCount, GatedDeltaRule, Half, HalfMatmul, ActivationPlanes, Q4_ACTIVATION_PLANES, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, UnitLowerInverse, block_scales, block_scales_f32, dense_matmul,
     dequantize_q4, dequantize_q8, expert_count, gated_delta_rule, generic, grouped_half_matmul, grouped_matmul, grouped_q4_matmul, grouped_q8_matmul, half_bits,
     half_bits_f32, half_matmul, q4_matmul, q4_values, q8_matmul, q8_values, quantize_q4, quantize_q8, reference, unit_lower_inverse,
 };
@@ -156,33 +156,40 @@ fn check_empty_batch<B: Ops>(device: &B::Device) {
     assert_eq!(unit_lower_inverse(a).dims(), [0, 3, 4, 4]);
 }
 
-/// An activation row's blocks of 32 rounded to 8 bits and back, written out from the rule
-/// (`d = max|x| / 127` in f32, `round(x / d)` to the nearest, ties to even) rather than taken
-/// from the crate.
-fn round_activations(x: &[f32]) -> Vec<f32> {
+/// An activation row's blocks of 32 rounded to `planes` planes of 8 bits and back (in f64, where
+/// the planes add exactly), written out from the rule rather than taken from the crate: per plane,
+/// `d = max|r| / 127` in f32 and `q = round(r / d)` to the nearest, ties to even, of the
+/// remainder `r` (at first the block itself), which then becomes `r - q d` in f32.
+fn round_activations(x: &[f32], planes: usize) -> Vec<f64> {
     x.chunks(Q8_BLOCK)
         .flat_map(|block| {
-            let d = block.iter().map(|v| v.abs()).fold(0.0, f32::max) / 127.0;
-            block.iter().map(move |v| {
-                let q = if d == 0.0 { 0.0 } else { (v / d) as f64 };
-                let nearest = if q - q.floor() == 0.5 { 2.0 * (q / 2.0).round() } else { q.round() };
-                nearest as f32 * d
-            })
+            let mut rest = block.to_vec();
+            let mut sum = vec![0f64; block.len()];
+            for _ in 0..planes {
+                let d = rest.iter().map(|v| v.abs()).fold(0.0, f32::max) / 127.0;
+                for (r, s) in rest.iter_mut().zip(sum.iter_mut()) {
+                    let q = if d == 0.0 { 0.0 } else { (*r / d) as f64 };
+                    let nearest = if q - q.floor() == 0.5 { 2.0 * (q / 2.0).round() } else { q.round() };
+                    *s += nearest * d as f64;
+                    *r -= nearest as f32 * d;
+                }
+            }
+            sum
         })
         .collect()
 }
 
-/// `round_q8(x) · Wᵀ` by plain loops in f64, `W` dequantized from Q8_0 blocks; with each
-/// output's `sum |x w|`, the scale of its rounding error.
-fn naive_q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usize, d_in: usize) -> (Vec<f64>, Vec<f64>) {
-    naive_block_matmul(x, n, d_out, d_in, |o, i| values[o * d_in + i] as f64 * scales[(o * d_in + i) / Q8_BLOCK].to_f64())
+/// `round(x) · Wᵀ` by plain loops in f64, `x` rounded to `planes` and `W` dequantized from Q8_0
+/// blocks; with each output's `sum |x w|`, the scale of its rounding error.
+fn naive_q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usize, d_in: usize, planes: ActivationPlanes) -> (Vec<f64>, Vec<f64>) {
+    naive_block_matmul(&round_activations(x, planes.count()), n, d_out, d_in, |o, i| values[o * d_in + i] as f64 * scales[(o * d_in + i) / Q8_BLOCK].to_f64())
 }
 
-/// [`naive_q8_matmul`] with `W` in Q4_0 blocks, decoded as llama.cpp's `dequantize_row_q4_0`
-/// does: byte `j` of a block holds value `j` (low nibble) and value `j + 16` (high), each
-/// standing for `(q - 8) d`.
+/// [`naive_q8_matmul`] with `x` rounded to [`Q4_ACTIVATION_PLANES`] and `W` in Q4_0
+/// blocks, decoded as llama.cpp's `dequantize_row_q4_0` does: byte `j` of a block holds value `j`
+/// (low nibble) and value `j + 16` (high), each standing for `(q - 8) d`.
 fn naive_q4_matmul(x: &[f32], n: usize, packed: &[u8], scales: &[f16], d_out: usize, d_in: usize) -> (Vec<f64>, Vec<f64>) {
-    naive_block_matmul(x, n, d_out, d_in, |o, i| {
+    naive_block_matmul(&round_activations(x, Q4_ACTIVATION_PLANES.count()), n, d_out, d_in, |o, i| {
         let (block, j) = ((o * d_in + i) / Q4_BLOCK, i % Q4_BLOCK);
         let byte = packed[block * 16 + j % 16];
         let q = if j < 16 { byte & 15 } else { byte >> 4 };
@@ -190,16 +197,15 @@ fn naive_q4_matmul(x: &[f32], n: usize, packed: &[u8], scales: &[f16], d_out: us
     })
 }
 
-/// `round_q8(x) · Wᵀ` by plain loops in f64 for `W [d_out, d_in]` given entry by entry.
-fn naive_block_matmul(x: &[f32], n: usize, d_out: usize, d_in: usize, weight: impl Fn(usize, usize) -> f64) -> (Vec<f64>, Vec<f64>) {
-    let x = round_activations(x);
+/// `x · Wᵀ` by plain loops in f64 for `W [d_out, d_in]` given entry by entry.
+fn naive_block_matmul(x: &[f64], n: usize, d_out: usize, d_in: usize, weight: impl Fn(usize, usize) -> f64) -> (Vec<f64>, Vec<f64>) {
     let (mut out, mut magnitude) = (vec![0.0; n * d_out], vec![0.0; n * d_out]);
     for o in 0..d_out {
         let w: Vec<f64> = (0..d_in).map(|i| weight(o, i)).collect();
         for t in 0..n {
             for (i, w) in w.iter().enumerate() {
-                out[t * d_out + o] += x[t * d_in + i] as f64 * w;
-                magnitude[t * d_out + o] += (x[t * d_in + i] as f64 * w).abs();
+                out[t * d_out + o] += x[t * d_in + i] * w;
+                magnitude[t * d_out + o] += (x[t * d_in + i] * w).abs();
             }
         }
     }
@@ -383,17 +389,20 @@ fn check_q8_matmul<B: Ops>(device: &B::Device) {
     let mut rng = Rng(13);
     for (n, d_out, d_in) in Q8_SHAPES {
         let (x, values, scales) = q8_case(&mut rng, n, d_out, d_in);
-        let (expected, magnitude) = naive_q8_matmul(&x, n, &values, &scales, d_out, d_in);
-        let x_t = Tensor::<B, 2>::from_data(TensorData::new(x, [n, d_in]), device);
-        let scales_t = block_scales::<B, 2>(scales, [d_out, d_in / Q8_BLOCK], device);
+        let x_t = Tensor::<B, 2>::from_data(TensorData::new(x.clone(), [n, d_in]), device);
+        let scales_t = block_scales::<B, 2>(scales.clone(), [d_out, d_in / Q8_BLOCK], device);
         // The kernel reads the values in its layout; the generic form as they are.
-        let kernel = q8_matmul(x_t.clone(), q8_values::<B, 2>(values.clone(), [d_out, d_in], device), scales_t.clone());
-        let plain = Tensor::<B, 2, Int>::from_data(TensorData::new(values, [d_out, d_in]), (device, B::q8_values_dtype()));
-        let generic = generic::q8_matmul(x_t, plain, scales_t);
-        for (name, out) in [("kernel", kernel), ("generic", generic)] {
-            assert_eq!(out.dims(), [n, d_out], "{name}, {n}x{d_out}x{d_in}");
-            let out: Vec<f32> = out.into_data().convert::<f32>().to_vec().unwrap();
-            check_outputs(&format!("{name}, {n}x{d_out}x{d_in}"), &out, &expected, &magnitude);
+        let laid_out = q8_values::<B, 2>(values.clone(), [d_out, d_in], device);
+        let plain = Tensor::<B, 2, Int>::from_data(TensorData::new(values.clone(), [d_out, d_in]), (device, B::q8_values_dtype()));
+        for planes in [ActivationPlanes::One, ActivationPlanes::Two] {
+            let (expected, magnitude) = naive_q8_matmul(&x, n, &values, &scales, d_out, d_in, planes);
+            let kernel = q8_matmul(x_t.clone(), laid_out.clone(), scales_t.clone(), planes);
+            let generic = generic::q8_matmul(x_t.clone(), plain.clone(), scales_t.clone(), planes);
+            for (name, out) in [("kernel", kernel), ("generic", generic)] {
+                let name = format!("{name}, {planes:?}, {n}x{d_out}x{d_in}");
+                assert_eq!(out.dims(), [n, d_out], "{name}");
+                check_outputs(&name, &out.into_data().convert::<f32>().to_vec().unwrap(), &expected, &magnitude);
+            }
         }
     }
 }
@@ -422,23 +431,30 @@ fn check_q4_matmul<B: Ops>(device: &B::Device) {
 #[cfg(feature = "cpu-kernels")]
 #[test]
 fn both_cpu_block_kernels_match_plain_loops() {
-    use decider_ops::{cpu, quantize_activations_q8};
+    use decider_ops::{cpu, dequantize_activations, quantize_activations};
     let mut rng = Rng(17);
     for (n, d_out, d_in) in Q8_SHAPES {
         let (x, values, scales) = q8_case(&mut rng, n, d_out, d_in);
-        let (expected, magnitude) = naive_q8_matmul(&x, n, &values, &scales, d_out, d_in);
-        let (xq, xs) = quantize_activations_q8(&x, d_in);
-        let rounded = dequantize_q8(&xq, &xs);
         let name = format!("{n}x{d_out}x{d_in}");
-        check_outputs(&format!("dequantized, {name}"), &cpu::dequantized_q8_matmul(&rounded, n, &values, &scales, d_out, d_in), &expected, &magnitude);
+        for planes in [ActivationPlanes::One, ActivationPlanes::Two] {
+            let (expected, magnitude) = naive_q8_matmul(&x, n, &values, &scales, d_out, d_in, planes);
+            let rounded = dequantize_activations(&quantize_activations(&x, d_in, planes));
+            let dequantized = cpu::dequantized_q8_matmul(&rounded, n, &values, &scales, d_out, d_in);
+            check_outputs(&format!("dequantized, {planes:?}, {name}"), &dequantized, &expected, &magnitude);
+            #[cfg(target_arch = "x86_64")]
+            if cpu::vnni::available() {
+                let laid_out = cpu::vnni::q8_layout(&values, d_out, d_in);
+                let vnni = cpu::vnni::q8_matmul(&x, n, &laid_out, &scales, d_out, d_in, planes);
+                check_outputs(&format!("vnni, {planes:?}, {name}"), &vnni, &expected, &magnitude);
+            }
+        }
+        let rounded = dequantize_activations(&quantize_activations(&x, d_in, Q4_ACTIVATION_PLANES));
         let (packed, q4_scales) = quantize_q4(&dequantize_q8(&values, &scales), d_in);
         let (q4_expected, q4_magnitude) = naive_q4_matmul(&x, n, &packed, &q4_scales, d_out, d_in);
         let q4_dequantized = cpu::dequantized_q4_matmul(&rounded, n, &packed, &q4_scales, d_out, d_in);
         check_outputs(&format!("q4 dequantized, {name}"), &q4_dequantized, &q4_expected, &q4_magnitude);
         #[cfg(target_arch = "x86_64")]
         if cpu::vnni::available() {
-            let laid_out = cpu::vnni::q8_layout(&values, d_out, d_in);
-            check_outputs(&format!("vnni, {name}"), &cpu::vnni::q8_matmul(&x, n, &laid_out, &scales, d_out, d_in), &expected, &magnitude);
             let laid_out = cpu::vnni::q4_layout(&packed, d_out, d_in);
             let q4_vnni = cpu::vnni::q4_matmul(&x, n, &laid_out, &q4_scales, d_out, d_in);
             check_outputs(&format!("q4 vnni, {name}"), &q4_vnni, &q4_expected, &q4_magnitude);
@@ -473,19 +489,39 @@ fn every_cpu_delta_rule_form_matches_the_definition() {
 }
 
 #[test]
-fn activations_round_to_8_bit_blocks() {
+fn activations_round_to_planes_of_8_bit_blocks() {
+    use decider_ops::{dequantize_activations, quantize_activations};
     let mut x = vec![0.0f32; 2 * Q8_BLOCK];
     // Scale 1: ties go to the even neighbour, others to the nearest.
     x[..5].copy_from_slice(&[127.0, 0.5, 1.5, -2.5, 3.4]);
     // A zero block stays zero.
-    let (values, scales) = decider_ops::quantize_activations_q8(&x, Q8_BLOCK);
+    let [(values, scales), (rest, rest_scales)] = <[_; 2]>::try_from(quantize_activations(&x, Q8_BLOCK, ActivationPlanes::Two)).unwrap();
     assert_eq!(&values[..5], &[127, 0, 2, -2, 3]);
     assert_eq!(scales, vec![1.0, 0.0]);
     assert!(values[Q8_BLOCK..].iter().all(|&v| v == 0));
+    // The second plane rounds the remainders 0, 0.5, -0.5, -0.5, 0.4 with scale 0.5 / 127.
+    assert_eq!(&rest[..5], &[0, 127, -127, -127, 102]);
+    assert_eq!(rest_scales, vec![0.5 / 127.0, 0.0]);
+    assert!(rest[5..].iter().all(|&v| v == 0));
     let mut rng = Rng(7);
     let x: Vec<f32> = (0..4 * 96).map(|_| 5.0 * (rng.next_f32() - 0.5)).collect();
-    let (values, scales) = decider_ops::quantize_activations_q8(&x, 96);
-    assert_eq!(dequantize_q8(&values, &scales), round_activations(&x));
+    for (planes, count) in [(ActivationPlanes::One, 1), (ActivationPlanes::Two, 2)] {
+        let rounded = dequantize_activations(&quantize_activations(&x, 96, planes));
+        let expected = round_activations(&x, count);
+        // In f32 each plane's `q d` and their sum round once each.
+        for (i, (&got, &want)) in rounded.iter().zip(&expected).enumerate() {
+            assert!((got as f64 - want).abs() <= want.abs() * 2.0 * f32::EPSILON as f64, "{count} planes, value {i}: {got} != {want}");
+        }
+        // One plane holds a block within half its step, `max|x| / 254`; two within half of the
+        // second plane's step, whose `max` is at most half the first step: `max|x| / 64,516`.
+        let bound = if count == 1 { 254.0 } else { 2.0 * 127.0 * 254.0 };
+        for (block, rounded) in x.chunks(Q8_BLOCK).zip(rounded.chunks(Q8_BLOCK)) {
+            let max = block.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
+            for (&v, &r) in block.iter().zip(rounded) {
+                assert!((v as f64 - r as f64).abs() <= max / bound * (1.0 + 1e-5), "{count} planes: {v} rounded to {r}, block max {max}");
+            }
+        }
+    }
 }
 
 /// The gated delta rule by its definition, token by token in f64: per batch element and head,
@@ -662,12 +698,6 @@ fn check_grouped_q8_matmul<B: Ops>(device: &B::Device) {
     for (name, counts, d_in, d_out) in GROUPED_CASES.into_iter().filter(|(_, _, d_in, _)| d_in % Q8_BLOCK == 0) {
         let (rows, experts) = (counts.iter().sum::<usize>(), counts.len());
         let cases: Vec<_> = counts.iter().map(|&c| q8_case(&mut rng, c, d_out, d_in)).collect();
-        let (mut expected, mut magnitude) = (Vec::new(), Vec::new());
-        for ((x, values, scales), &c) in cases.iter().zip(counts) {
-            let (out, size) = naive_q8_matmul(x, c, values, scales, d_out, d_in);
-            expected.extend(out);
-            magnitude.extend(size);
-        }
         let x: Vec<f32> = cases.iter().flat_map(|(x, _, _)| x.clone()).collect();
         let values: Vec<i8> = cases.iter().flat_map(|(_, values, _)| values.clone()).collect();
         let scales: Vec<f16> = cases.iter().flat_map(|(_, _, scales)| scales.clone()).collect();
@@ -675,12 +705,27 @@ fn check_grouped_q8_matmul<B: Ops>(device: &B::Device) {
         let scales_t = block_scales::<B, 3>(scales, [experts, d_out, d_in / Q8_BLOCK], device);
         let counts_t = counts_tensor::<B>(counts, device);
         let values_t = q8_values::<B, 3>(values, [experts, d_out, d_in], device);
-        let kernel = grouped_q8_matmul(x_t.clone(), values_t.clone(), scales_t.clone(), counts_t.clone());
-        // The generic form is the backend's own q8 matmul per expert: it reads the same layout.
-        let generic = generic::grouped_q8_matmul::<B>(x_t.into_primitive().tensor(), values_t.into_primitive(), scales_t.into_primitive(), counts_t.into_primitive());
-        for (form, out) in [("kernel", kernel), ("generic", Tensor::from_primitive(TensorPrimitive::Float(generic)))] {
-            assert_eq!(out.dims(), [rows, d_out], "{form}, {name}");
-            check_outputs(&format!("{form}, {name}"), &out.into_data().convert::<f32>().to_vec::<f32>().unwrap(), &expected, &magnitude);
+        for planes in [ActivationPlanes::One, ActivationPlanes::Two] {
+            let (mut expected, mut magnitude) = (Vec::new(), Vec::new());
+            for ((x, values, scales), &c) in cases.iter().zip(counts) {
+                let (out, size) = naive_q8_matmul(x, c, values, scales, d_out, d_in, planes);
+                expected.extend(out);
+                magnitude.extend(size);
+            }
+            let kernel = grouped_q8_matmul(x_t.clone(), values_t.clone(), scales_t.clone(), counts_t.clone(), planes);
+            // The generic form is the backend's own q8 matmul per expert: it reads the same layout.
+            let generic = generic::grouped_q8_matmul::<B>(
+                x_t.clone().into_primitive().tensor(),
+                values_t.clone().into_primitive(),
+                scales_t.clone().into_primitive(),
+                counts_t.clone().into_primitive(),
+                planes,
+            );
+            for (form, out) in [("kernel", kernel), ("generic", Tensor::from_primitive(TensorPrimitive::Float(generic)))] {
+                let form = format!("{form}, {planes:?}, {name}");
+                assert_eq!(out.dims(), [rows, d_out], "{form}");
+                check_outputs(&form, &out.into_data().convert::<f32>().to_vec::<f32>().unwrap(), &expected, &magnitude);
+            }
         }
     }
 }

@@ -8,7 +8,7 @@ use burn::tensor::{Bool, Int, Tensor, backend::Backend};
 
 
 use crate::cache::{KvBlock, KvCache};
-use crate::format::WeightFormat;
+use crate::format::{ProjectionInput, WeightFormat};
 use crate::projection::{Projection, ProjectionConfig, ProjectionOps};
 use crate::norm::{RmsNorm, RmsNormConfig};
 use crate::rope::RotaryEmbedding;
@@ -44,13 +44,13 @@ pub struct GatedAttention<B: Backend> {
 impl GatedAttentionConfig {
     pub fn init<B: Backend>(&self, device: &B::Device) -> GatedAttention<B> {
         let (heads, kv_heads, hd) = (self.num_attention_heads, self.num_key_value_heads, self.head_dim);
-        let linear = |i, o| ProjectionConfig::new(i, o).with_weights(self.weights).init(device);
+        let linear = |i, o, input| ProjectionConfig::new(i, o).with_weights(self.weights).with_input(input).init(device);
         let norm = RmsNormConfig::new(hd).with_eps(self.rms_norm_eps);
         GatedAttention {
-            q_proj: linear(self.hidden_size, heads * 2 * hd),
-            k_proj: linear(self.hidden_size, kv_heads * hd),
-            v_proj: linear(self.hidden_size, kv_heads * hd),
-            o_proj: linear(heads * hd, self.hidden_size),
+            q_proj: linear(self.hidden_size, heads * 2 * hd, ProjectionInput::Normed),
+            k_proj: linear(self.hidden_size, kv_heads * hd, ProjectionInput::Normed),
+            v_proj: linear(self.hidden_size, kv_heads * hd, ProjectionInput::Normed),
+            o_proj: linear(heads * hd, self.hidden_size, ProjectionInput::Product),
             q_norm: norm.init(device),
             k_norm: norm.init(device),
             num_attention_heads: heads,

@@ -9,7 +9,7 @@ use decider_ops::GatedDeltaRule;
 
 use crate::cache::DeltaNetState;
 use crate::delta_rule::{gated_delta_rule, recurrent_gated_delta_rule};
-use crate::format::WeightFormat;
+use crate::format::{ProjectionInput, WeightFormat};
 use crate::norm::{GatedRmsNorm, RmsNormConfig};
 use crate::projection::{Projection, ProjectionConfig, ProjectionOps};
 
@@ -67,11 +67,11 @@ impl GatedDeltaNetConfig {
         let value_dim = self.num_value_heads * self.value_head_dim;
         let conv_dim = 2 * key_dim + value_dim;
         let linear = |i, o| LinearConfig::new(i, o).with_bias(false).init(device);
-        let projection = |i, o| ProjectionConfig::new(i, o).with_weights(self.weights).init(device);
+        let projection = |i, o, input| ProjectionConfig::new(i, o).with_weights(self.weights).with_input(input).init(device);
         let k = self.conv_kernel_dim;
         GatedDeltaNet {
-            in_proj_qkv: projection(self.hidden_size, conv_dim),
-            in_proj_z: projection(self.hidden_size, value_dim),
+            in_proj_qkv: projection(self.hidden_size, conv_dim, ProjectionInput::Normed),
+            in_proj_z: projection(self.hidden_size, value_dim, ProjectionInput::Normed),
             in_proj_b: linear(self.hidden_size, self.num_value_heads),
             in_proj_a: linear(self.hidden_size, self.num_value_heads),
             conv1d: Initializer::Uniform { min: -1.0 / (k as f64).sqrt(), max: 1.0 / (k as f64).sqrt() }
@@ -80,7 +80,7 @@ impl GatedDeltaNetConfig {
             a_log: Initializer::Uniform { min: 0.0, max: 16f64.ln() }.init([self.num_value_heads], device),
             dt_bias: Initializer::Ones.init([self.num_value_heads], device),
             norm: RmsNormConfig::new(self.value_head_dim).with_eps(self.rms_norm_eps).init_gated(device),
-            out_proj: projection(value_dim, self.hidden_size),
+            out_proj: projection(value_dim, self.hidden_size, ProjectionInput::Product),
             num_key_heads: self.num_key_heads,
             num_value_heads: self.num_value_heads,
             key_head_dim: self.key_head_dim,

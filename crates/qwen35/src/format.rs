@@ -17,7 +17,7 @@ use std::str::FromStr;
 
 use burn::module::{Module, Param, ParamId};
 use burn::tensor::{Int, Tensor, backend::Backend};
-use decider_ops::{Half, HalfMatmul, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, grouped_half_matmul, grouped_q4_matmul, grouped_q8_matmul, half_matmul, q4_matmul, q8_matmul};
+use decider_ops::{ActivationPlanes, Half, HalfMatmul, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, grouped_half_matmul, grouped_q4_matmul, grouped_q8_matmul, half_matmul, q4_matmul, q8_matmul};
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::Checkpoint;
@@ -138,6 +138,29 @@ impl FromStr for WeightChoice {
     }
 }
 
+/// What a projection's input is: it sets how finely a Q8_0 weight's integer dot rounds that input
+/// ([`ActivationPlanes`], whose doc gives the measured effect).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum ProjectionInput {
+    /// An RMSNorm's output (the layer's `input_layernorm` or `post_attention_layernorm`): values
+    /// of one size, rounded to one 8-bit plane, as llama.cpp does.
+    #[default]
+    Normed,
+    /// A product of activations (`silu(gate) · up`, attention's output times its gate, the
+    /// DeltaNet's gated norm): a few values far above the rest, rounded to two planes.
+    Product,
+}
+
+impl ProjectionInput {
+    /// The planes a Q8_0 weight's integer dot rounds this input to.
+    pub fn activation_planes(self) -> ActivationPlanes {
+        match self {
+            ProjectionInput::Normed => ActivationPlanes::One,
+            ProjectionInput::Product => ActivationPlanes::Two,
+        }
+    }
+}
+
 /// Weights `[out, in]` in Q8_0 blocks, in PyTorch's orientation (a row per output, blocks along
 /// the input): one projection's (`D = 2`) or a stack of `[experts, out, in]` (`D = 3`). Each
 /// rank is stored as the kernel reads it, so no reshape runs per call (burn-ndarray 0.21's reshape
@@ -148,14 +171,17 @@ pub struct Q8Weight<B: Backend, const D: usize> {
     pub values: Param<Tensor<B, D, Int>>,
     /// `[..., out, in / 32]`: each block's scale, as f16 bits (`decider_ops::block_scales`).
     pub scales: Param<Tensor<B, D, Int>>,
+    /// What the input is rounded to for the integer dot (set by the input's kind, not stored).
+    #[module(skip)]
+    pub planes: ActivationPlanes,
 }
 
 impl<B: Backend, const D: usize> Q8Weight<B, D> {
-    /// Lazy zero weights of shape `[..., out, in]`, to be filled from a checkpoint (nothing is
-    /// allocated until a parameter is read).
-    pub fn init(values_shape: [usize; D], device: &B::Device) -> Self {
+    /// Lazy zero weights of shape `[..., out, in]` for an `input` of that kind, to be filled from
+    /// a checkpoint (nothing is allocated until a parameter is read).
+    pub fn init(values_shape: [usize; D], input: ProjectionInput, device: &B::Device) -> Self {
         let (values, scales) = lazy_q8_params(values_shape, device);
-        Q8Weight { values, scales }
+        Q8Weight { values, scales, planes: input.activation_planes() }
     }
 }
 
@@ -175,7 +201,7 @@ fn lazy_int_param<B: Backend, const D: usize>(shape: [usize; D], device: &B::Dev
 impl<B: Q8Matmul> Q8Weight<B, 2> {
     /// `x [n, in] · Wᵀ -> [n, out]`.
     pub fn matmul(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        q8_matmul(x, self.values.val(), self.scales.val())
+        q8_matmul(x, self.values.val(), self.scales.val(), self.planes)
     }
 }
 
@@ -183,7 +209,7 @@ impl<B: Q8Matmul> Q8Weight<B, 3> {
     /// `x [rows, in]`, sorted by expert with `counts [experts]` rows each, times each row's
     /// expert's `Wᵀ`: `[rows, out]`.
     pub fn grouped_matmul(&self, x: Tensor<B, 2>, counts: Tensor<B, 1, Int>) -> Tensor<B, 2> {
-        grouped_q8_matmul(x, self.values.val(), self.scales.val(), counts)
+        grouped_q8_matmul(x, self.values.val(), self.scales.val(), counts, self.planes)
     }
 }
 

@@ -6,7 +6,7 @@ use burn::tensor::activation::silu;
 use burn::tensor::{Tensor, backend::Backend};
 use crate::projection::ProjectionOps;
 
-use crate::format::WeightFormat;
+use crate::format::{ProjectionInput, WeightFormat};
 use crate::projection::{Projection, ProjectionConfig};
 
 #[derive(Config, Debug)]
@@ -27,11 +27,11 @@ pub struct Mlp<B: Backend> {
 
 impl MlpConfig {
     pub fn init<B: Backend>(&self, device: &B::Device) -> Mlp<B> {
-        let linear = |i, o| ProjectionConfig::new(i, o).with_weights(self.weights).init(device);
+        let linear = |i, o, input| ProjectionConfig::new(i, o).with_weights(self.weights).with_input(input).init(device);
         Mlp {
-            gate_proj: linear(self.hidden_size, self.intermediate_size),
-            up_proj: linear(self.hidden_size, self.intermediate_size),
-            down_proj: linear(self.intermediate_size, self.hidden_size),
+            gate_proj: linear(self.hidden_size, self.intermediate_size, ProjectionInput::Normed),
+            up_proj: linear(self.hidden_size, self.intermediate_size, ProjectionInput::Normed),
+            down_proj: linear(self.intermediate_size, self.hidden_size, ProjectionInput::Product),
         }
     }
 }

@@ -10,7 +10,7 @@ use decider_ops::{ExpertCount, Half, expert_count, grouped_matmul};
 
 use crate::projection::ProjectionOps;
 
-use crate::format::{HalfWeight, Q4Weight, Q8Weight, WeightFormat};
+use crate::format::{HalfWeight, ProjectionInput, Q4Weight, Q8Weight, WeightFormat};
 use crate::mlp::{Mlp, MlpConfig};
 
 #[derive(Config, Debug)]
@@ -97,8 +97,8 @@ impl SparseMoeConfig {
                     down_proj: normal(i).init([e, i, h], device),
                 }),
                 WeightFormat::Q8 => Experts::Q8(Q8Experts {
-                    gate_up_proj: Q8Weight::init([e, 2 * i, h], device),
-                    down_proj: Q8Weight::init([e, h, i], device),
+                    gate_up_proj: Q8Weight::init([e, 2 * i, h], ProjectionInput::Normed, device),
+                    down_proj: Q8Weight::init([e, h, i], ProjectionInput::Product, device),
                 }),
                 WeightFormat::Q4 => Experts::Q4(Q4Experts {
                     gate_up_proj: Q4Weight::init([e, 2 * i, h], device),

@@ -8,7 +8,7 @@ use decider_ops::{DenseMatmul, dense_matmul};
 
 use decider_ops::Half;
 
-use crate::format::{FormatOps, HalfWeight, Q4Weight, Q8Weight, WeightFormat};
+use crate::format::{FormatOps, HalfWeight, ProjectionInput, Q4Weight, Q8Weight, WeightFormat};
 
 #[derive(Config, Debug)]
 pub struct ProjectionConfig {
@@ -16,6 +16,8 @@ pub struct ProjectionConfig {
     pub d_output: usize,
     #[config(default = "WeightFormat::F32")]
     pub weights: WeightFormat,
+    #[config(default = "ProjectionInput::Normed")]
+    pub input: ProjectionInput,
 }
 
 /// `x W` without bias: burn's `Linear` (`[in, out]`) in f32, Q8_0 or Q4_0 blocks, or 16-bit
@@ -33,7 +35,7 @@ impl ProjectionConfig {
     pub fn init<B: Backend>(&self, device: &B::Device) -> Projection<B> {
         match self.weights.for_input_width(self.d_input) {
             WeightFormat::F32 => Projection::Float(LinearConfig::new(self.d_input, self.d_output).with_bias(false).init(device)),
-            WeightFormat::Q8 => Projection::Q8(Q8Weight::init([self.d_output, self.d_input], device)),
+            WeightFormat::Q8 => Projection::Q8(Q8Weight::init([self.d_output, self.d_input], self.input, device)),
             WeightFormat::Q4 => Projection::Q4(Q4Weight::init([self.d_output, self.d_input], device)),
             WeightFormat::F16 => Projection::F16(HalfWeight::init([self.d_output, self.d_input], device)),
             WeightFormat::Bf16 => Projection::Bf16(HalfWeight::init([self.d_output, self.d_input], device)),

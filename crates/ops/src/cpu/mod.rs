@@ -9,7 +9,7 @@ use half::f16;
 use num_traits::Float;
 use rayon::prelude::*;
 
-use crate::{Half, dequantize_q8, quantize_activations_q8};
+use crate::{ActivationPlanes, Half, Q4_ACTIVATION_PLANES, dequantize_activations, quantize_activations};
 
 pub use isa::Isa;
 
@@ -89,25 +89,28 @@ pub fn unit_lower_inverse<T: Float + Send + Sync>(a: &[T], n: usize) -> Vec<T> {
     x
 }
 
-/// `round_q8(x) [n, d_in] · Wᵀ -> [n, d_out]` for `W [d_out, d_in]` in Q8_0 blocks (`values` in
-/// [`q8_layout`], `scales [d_out, d_in / 32]`), the activations rounded to 8-bit blocks
-/// ([`quantize_activations_q8`]): the integer dot of [`vnni`] where the CPU has it, else
+/// `round(x) [n, d_in] · Wᵀ -> [n, d_out]` for `W [d_out, d_in]` in Q8_0 blocks (`values` in
+/// [`q8_layout`], `scales [d_out, d_in / 32]`), the activations rounded to `planes` of 8-bit
+/// blocks ([`quantize_activations`]): the integer dot of [`vnni`] where the CPU has it, else
 /// [`dequantized_q8_matmul`] on the rounded activations.
-pub fn q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
+pub fn q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usize, d_in: usize, planes: ActivationPlanes) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
     if integer_dot() {
-        return vnni::q8_matmul(x, n, values, scales, d_out, d_in);
+        return vnni::q8_matmul(x, n, values, scales, d_out, d_in, planes);
     }
-    dequantized_q8_matmul(&rounded_activations(x, d_in), n, values, scales, d_out, d_in)
+    let x = dequantize_activations(&quantize_activations(x, d_in, planes));
+    dequantized_q8_matmul(&x, n, values, scales, d_out, d_in)
 }
 
-/// [`q8_matmul`] for `W` in Q4_0 blocks (`packed [d_out, d_in / 2]` in [`q4_layout`]).
+/// [`q8_matmul`] for `W` in Q4_0 blocks (`packed [d_out, d_in / 2]` in [`q4_layout`]), the
+/// activations rounded to [`Q4_ACTIVATION_PLANES`].
 pub fn q4_matmul(x: &[f32], n: usize, packed: &[u8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
     if integer_dot() {
         return vnni::q4_matmul(x, n, packed, scales, d_out, d_in);
     }
-    dequantized_q4_matmul(&rounded_activations(x, d_in), n, packed, scales, d_out, d_in)
+    let x = dequantize_activations(&quantize_activations(x, d_in, Q4_ACTIVATION_PLANES));
+    dequantized_q4_matmul(&x, n, packed, scales, d_out, d_in)
 }
 
 /// `x [n, d_in] · Wᵀ -> [n, d_out]` for `W [d_out, d_in]` in Q8_0 blocks (`values` in row order,
@@ -156,12 +159,6 @@ pub fn half_matmul(x: &[f32], n: usize, bits: &[u16], half: Half, d_out: usize, 
             }
         }
     })
-}
-
-/// `x [n, d_in]` rounded to 8-bit blocks and back, as the integer dot reads it.
-fn rounded_activations(x: &[f32], d_in: usize) -> Vec<f32> {
-    let (xq, xs) = quantize_activations_q8(x, d_in);
-    dequantize_q8(&xq, &xs)
 }
 
 /// `x [n, d_in] · Wᵀ -> [n, d_out]` for a block-quantized `W [d_out, d_in]`, of which
@@ -323,10 +320,10 @@ pub fn grouped_matmul(x: &[f32], counts: &[usize], weights: &[f32], d_in: usize,
 ///
 /// # Panics
 /// If the slices do not match the shapes (`counts` summing to `rows`).
-pub fn grouped_q8_matmul(x: &[f32], counts: &[usize], values: &[i8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
+pub fn grouped_q8_matmul(x: &[f32], counts: &[usize], values: &[i8], scales: &[f16], d_out: usize, d_in: usize, planes: ActivationPlanes) -> Vec<f32> {
     let (size, blocks) = (d_out * d_in, d_out * d_in / crate::Q8_BLOCK);
     check_grouped(x, counts, d_in, (values.len(), scales.len()), (size, blocks));
-    per_expert(x, counts, d_in, |e, x, rows| q8_matmul(x, rows, &values[e * size..][..size], &scales[e * blocks..][..blocks], d_out, d_in))
+    per_expert(x, counts, d_in, |e, x, rows| q8_matmul(x, rows, &values[e * size..][..size], &scales[e * blocks..][..blocks], d_out, d_in, planes))
 }
 
 /// [`grouped_q8_matmul`] with the experts' weights in Q4_0 blocks (`packed [E, d_out, d_in / 2]`

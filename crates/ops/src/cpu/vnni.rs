@@ -8,7 +8,8 @@
 //! to 16 outputs. Eight such steps cover a block of 32 inputs; the block's integer sums are then
 //! scaled (weight scale × activation scale) into f32 accumulators. The f32 work is thus one step
 //! per 8 integer steps, where a dot product per output (llama.cpp's `ggml_vec_dot_q8_0_q8_0`)
-//! pays it every step.
+//! pays it every step. Activations rounded to two planes ([`crate::ActivationPlanes`]) take one
+//! instruction per plane on the same weight registers.
 //!
 //! Signs: the instruction wants one operand unsigned. The weights are read as unsigned bytes `w +
 //! bias` (Q8_0's i8 with the top bit flipped: bias 128; Q4_0's nibbles are `q = w + 8` already)
@@ -20,11 +21,12 @@ use std::arch::x86_64::*;
 use half::f16;
 use rayon::prelude::*;
 
-use crate::{Q4_BLOCK, Q8_BLOCK};
+use crate::{ActivationPlanes, Q4_ACTIVATION_PLANES, Q4_BLOCK, Q8_BLOCK};
 
 /// Weight rows per group: the 16 i32 lanes of a 512-bit register.
 const GROUP: usize = 16;
-/// Tokens per tile: their accumulators (two registers each) stay in the 32 registers.
+/// Tokens per tile times activation planes: the accumulators (an f32 register per token and an
+/// i32 one per token and plane) stay in the 32 registers.
 const TILE: usize = 8;
 
 /// Whether this CPU runs the kernel (checked once by the standard library, then cached).
@@ -133,28 +135,32 @@ impl Packing for Q4 {
     }
 }
 
-/// `round_q8(x) [n, d_in] · Wᵀ -> [n, d_out]`: `W` as Q8_0 `values` in [`q8_layout`] and `scales
-/// [d_out, d_in / 32]`, `x` rounded here ([`crate::quantize_activations_q8`], compiled for
-/// AVX-512). Parallel over groups of 16 weight rows; each group's values are read once per 8
-/// tokens.
+/// `round(x) [n, d_in] · Wᵀ -> [n, d_out]`: `W` as Q8_0 `values` in [`q8_layout`] and `scales
+/// [d_out, d_in / 32]`, `x` rounded here to `planes`
+/// ([`crate::quantize_activations`], compiled for AVX-512). Parallel over groups of 16 weight
+/// rows; each group's values are read once per tile of tokens.
 ///
 /// # Panics
 /// If the CPU lacks the instructions ([`available`]) or the lengths do not match the shape.
-pub fn q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
+pub fn q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usize, d_in: usize, planes: ActivationPlanes) -> Vec<f32> {
     // SAFETY: i8 and u8 have the same size and alignment.
     let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), values.len()) };
-    matmul::<Q8>(x, n, bytes, scales, d_out, d_in)
+    match planes {
+        ActivationPlanes::One => matmul::<Q8, 1>(x, n, bytes, scales, d_out, d_in),
+        ActivationPlanes::Two => matmul::<Q8, 2>(x, n, bytes, scales, d_out, d_in),
+    }
 }
 
-/// [`q8_matmul`] for Q4_0: `W` as packed bytes `[d_out, d_in / 2]` in [`q4_layout`].
+/// [`q8_matmul`] for Q4_0: `W` as packed bytes `[d_out, d_in / 2]` in [`q4_layout`], `x` rounded
+/// to [`Q4_ACTIVATION_PLANES`].
 ///
 /// # Panics
 /// As [`q8_matmul`].
 pub fn q4_matmul(x: &[f32], n: usize, packed: &[u8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
-    matmul::<Q4>(x, n, packed, scales, d_out, d_in)
+    matmul::<Q4, { Q4_ACTIVATION_PLANES.count() }>(x, n, packed, scales, d_out, d_in)
 }
 
-fn matmul<P: Packing>(x: &[f32], n: usize, weights: &[u8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
+fn matmul<P: Packing, const PLANES: usize>(x: &[f32], n: usize, weights: &[u8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
     assert!(available(), "vnni::matmul needs AVX-512 VNNI");
     let blocks = d_in / Q8_BLOCK;
     let row_bytes = d_in / 8 * P::PAIR_BYTES;
@@ -166,12 +172,12 @@ fn matmul<P: Packing>(x: &[f32], n: usize, weights: &[u8], scales: &[f16], d_out
     if n == 0 || d_out == 0 || d_in == 0 {
         return out;
     }
-    let (mut xq, mut xs, mut sums) = (vec![0i8; x.len()], vec![0f32; n * blocks], vec![0i32; n * blocks]);
-    xq.par_chunks_mut(Q8_BLOCK).zip(xs.par_iter_mut()).zip(sums.par_iter_mut()).zip(x.par_chunks(Q8_BLOCK)).for_each(
-        // SAFETY: `available()` was checked above.
-        |(((values, scale), sum), block)| unsafe { round_block(block, values, scale, sum) },
-    );
-    let activations = Activations { values: &xq, scales: &xs, sums: &sums, d_in };
+    let count = n * blocks * PLANES;
+    let (mut xq, mut xs, mut sums) = (vec![0i8; count * Q8_BLOCK], vec![0f32; count], vec![0i32; count]);
+    let rounded = xq.par_chunks_mut(Q8_BLOCK * PLANES).zip(xs.par_chunks_mut(PLANES)).zip(sums.par_chunks_mut(PLANES));
+    // SAFETY: `available()` was checked above.
+    rounded.zip(x.par_chunks(Q8_BLOCK)).for_each(|(((values, scales), sums), block)| unsafe { round_block(block, values, scales, sums) });
+    let activations = Activations::<PLANES> { values: &xq, scales: &xs, sums: &sums, blocks };
     let out_ptr = OutPtr(out.as_mut_ptr());
     weights.par_chunks(GROUP * row_bytes).enumerate().for_each(|(group, weights)| {
         let rows = weights.len() / row_bytes;
@@ -186,21 +192,21 @@ fn matmul<P: Packing>(x: &[f32], n: usize, weights: &[u8], scales: &[f16], d_out
         let group = Group { weights, rows, scales: &group_scales };
         let mut token = 0;
         while token < n {
-            let tokens = (n - token).min(TILE);
+            let tokens = (n - token).min(TILE / PLANES);
             // SAFETY: `available()` was checked above. The tile writes outputs `first..first +
             // rows` of its tokens' rows of `out [n, d_out]`: in bounds, and no other task writes
             // these columns.
             unsafe {
                 let out = out_ptr.at(token * d_out + first);
                 match tokens {
-                    8 => tile::<P, 8>(&group, &activations, token, out, d_out),
-                    7 => tile::<P, 7>(&group, &activations, token, out, d_out),
-                    6 => tile::<P, 6>(&group, &activations, token, out, d_out),
-                    5 => tile::<P, 5>(&group, &activations, token, out, d_out),
-                    4 => tile::<P, 4>(&group, &activations, token, out, d_out),
-                    3 => tile::<P, 3>(&group, &activations, token, out, d_out),
-                    2 => tile::<P, 2>(&group, &activations, token, out, d_out),
-                    _ => tile::<P, 1>(&group, &activations, token, out, d_out),
+                    8 => tile::<P, PLANES, 8>(&group, &activations, token, out, d_out),
+                    7 => tile::<P, PLANES, 7>(&group, &activations, token, out, d_out),
+                    6 => tile::<P, PLANES, 6>(&group, &activations, token, out, d_out),
+                    5 => tile::<P, PLANES, 5>(&group, &activations, token, out, d_out),
+                    4 => tile::<P, PLANES, 4>(&group, &activations, token, out, d_out),
+                    3 => tile::<P, PLANES, 3>(&group, &activations, token, out, d_out),
+                    2 => tile::<P, PLANES, 2>(&group, &activations, token, out, d_out),
+                    _ => tile::<P, PLANES, 1>(&group, &activations, token, out, d_out),
                 }
             }
             token += tokens;
@@ -234,47 +240,65 @@ struct Group<'a> {
     scales: &'a [f32],
 }
 
-/// The rounded activations `[n, d_in]`, their block scales and block sums.
-struct Activations<'a> {
+/// The activations `[n, d_in]` rounded to `PLANES` planes, block by block: for each token's
+/// block, each plane's 32 values, scale and value sum.
+struct Activations<'a, const PLANES: usize> {
+    /// `[n, blocks, PLANES, 32]`.
     values: &'a [i8],
+    /// `[n, blocks, PLANES]`.
     scales: &'a [f32],
+    /// `[n, blocks, PLANES]`.
     sums: &'a [i32],
-    d_in: usize,
+    blocks: usize,
 }
 
-/// One block of activations rounded (the scale to `scale`) and the sum of its values to `sum`;
-/// compiled for AVX-512, where the rounding is one instruction.
+/// One block of activations rounded into its planes (the values to `values`, the scales to
+/// `scales`) and each plane's sum of values to `sums`; compiled for AVX-512, where the rounding
+/// is one instruction.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn round_block(block: &[f32], values: &mut [i8], scale: &mut f32, sum: &mut i32) {
-    *scale = crate::q8_matmul::round_activation_block(block, values);
-    *sum = values.iter().map(|&v| v as i32).sum::<i32>();
+unsafe fn round_block(block: &[f32], values: &mut [i8], scales: &mut [f32], sums: &mut [i32]) {
+    let mut planes = values.chunks_exact_mut(Q8_BLOCK);
+    crate::q8_matmul::round_activation_planes(block, scales, || planes.next().expect("a block per plane"));
+    for (sum, plane) in sums.iter_mut().zip(values.chunks_exact(Q8_BLOCK)) {
+        *sum = plane.iter().map(|&v| v as i32).sum::<i32>();
+    }
 }
 
 /// Outputs of one group for `C` tokens from `token`, written to `out + j * d_out` for token `j`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn tile<P: Packing, const C: usize>(group: &Group, x: &Activations, token: usize, out: *mut f32, d_out: usize) {
-    let blocks = x.d_in / Q8_BLOCK;
+unsafe fn tile<P: Packing, const PLANES: usize, const C: usize>(group: &Group, x: &Activations<PLANES>, token: usize, out: *mut f32, d_out: usize) {
+    let blocks = x.blocks;
     let byte_mask: u64 = if group.rows == GROUP { !0 } else { (1u64 << (group.rows * 4)) - 1 };
     let lane_mask: u16 = if group.rows == GROUP { !0 } else { (1u16 << group.rows) - 1 };
     let pair_bytes = group.rows * P::PAIR_BYTES;
+    // Token `j`'s block `b`, plane `p`: its index in `x.scales` and `x.sums` (× 32 in `x.values`).
+    let at = |j: usize, b: usize, p: usize| ((token + j) * blocks + b) * PLANES + p;
     let mut sums = [_mm512_setzero_ps(); C];
     for b in 0..blocks {
-        let mut dots: [__m512i; C] = std::array::from_fn(|j| _mm512_set1_epi32(-P::BIAS * x.sums[(token + j) * blocks + b]));
-        for pair in b * Q8_BLOCK / 8..(b + 1) * Q8_BLOCK / 8 {
+        let mut dots: [[__m512i; C]; PLANES] = std::array::from_fn(|p| std::array::from_fn(|j| _mm512_set1_epi32(-P::BIAS * x.sums[at(j, b, p)])));
+        for step in 0..Q8_BLOCK / 8 {
+            let pair = b * Q8_BLOCK / 8 + step;
             // SAFETY: the group holds `rows × PAIR_BYTES` bytes for each pair of steps.
             let w = unsafe { P::pair(group.weights.as_ptr().add(pair * pair_bytes), group.rows, byte_mask) };
-            for (j, dot) in dots.iter_mut().enumerate() {
-                // SAFETY: token `token + j < n`, inputs `8 pair..8 pair + 8 <= d_in`.
-                let eight = unsafe { x.values.as_ptr().add((token + j) * x.d_in + pair * 8).cast::<[i32; 2]>().read_unaligned() };
-                *dot = _mm512_dpbusd_epi32(*dot, w[0], _mm512_set1_epi32(eight[0]));
-                *dot = _mm512_dpbusd_epi32(*dot, w[1], _mm512_set1_epi32(eight[1]));
+            for (p, dots) in dots.iter_mut().enumerate() {
+                for (j, dot) in dots.iter_mut().enumerate() {
+                    // SAFETY: token `token + j < n`, block `b < blocks`, plane `p < PLANES`, its
+                    // bytes `8 step..8 step + 8 <= 32`. Each 4 bytes are broadcast from memory,
+                    // an operand of `vpdpbusd` (read into a register first, they cost a
+                    // broadcast each and the kernel ran at half the speed).
+                    let four = unsafe { x.values.as_ptr().add(at(j, b, p) * Q8_BLOCK + step * 8).cast::<i32>() };
+                    *dot = _mm512_dpbusd_epi32(*dot, w[0], _mm512_set1_epi32(unsafe { four.read_unaligned() }));
+                    *dot = _mm512_dpbusd_epi32(*dot, w[1], _mm512_set1_epi32(unsafe { four.add(1).read_unaligned() }));
+                }
             }
         }
         // SAFETY: `scales` holds 16 lanes for each block.
         let weight_scales = unsafe { _mm512_loadu_ps(group.scales.as_ptr().add(b * GROUP)) };
-        for (j, (sum, dot)) in sums.iter_mut().zip(dots).enumerate() {
-            let scale = _mm512_mul_ps(weight_scales, _mm512_set1_ps(x.scales[(token + j) * blocks + b]));
-            *sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, *sum);
+        for (p, dots) in dots.into_iter().enumerate() {
+            for (j, (sum, dot)) in sums.iter_mut().zip(dots).enumerate() {
+                let scale = _mm512_mul_ps(weight_scales, _mm512_set1_ps(x.scales[at(j, b, p)]));
+                *sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, *sum);
+            }
         }
     }
     for (j, sum) in sums.into_iter().enumerate() {
