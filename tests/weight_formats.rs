@@ -12,16 +12,16 @@
 //! blocks (same values, same f16 scale: a llama.cpp Q4_0 block rounds to itself with no error,
 //! which the scale search of `decider_ops::quantize_q4` cannot beat), so its f32 load and its
 //! quantized load hold the same numbers. The block products also round
-//! its input to planes of 8-bit blocks (`decider_ops::quantize_activations`); the inputs here are
-//! one plane's round trips already, which that rounding keeps (up to the last bit of a block's
-//! scale; the remainder is then zero). Whole
+//! their input to 8-bit planes (`decider_ops::round_activations`): one, or two for the q8
+//! projections whose input is a product of activations (`out_proj`, `o_proj`, `down_proj`, as
+//! `docs/weights.md` gives the rule), so the f32 path is given the input rounded the same way. Whole
 //! models are not compared: there every projection's rounding is real, and on these small
 //! random models it is amplified layer by layer (up to 0.15 of a layer's scale).
 
 use burn::module::{Module, Param, ParamId};
 use burn::tensor::{Int, Tensor, TensorData};
 use decider_ops::{
-    ActivationPlanes, Q4_BLOCK, Q8_BLOCK, block_scales, dequantize_q4, dequantize_q8, grouped_matmul, q4_values, q8_values, quantize_activations, quantize_q4, quantize_q8, reference,
+    ActivationPlanes, Q4_BLOCK, Q8_BLOCK, block_scales, dequantize_q4, dequantize_q8, grouped_matmul, q4_values, q8_values, quantize_q4, quantize_q8, reference, round_activations,
 };
 use integration_tests::{LAYOUTS, MODELS, fixture_copy, fixture_path, relative_check, rewrite_tensors};
 use qwen35::decoder::{FeedForward, TokenMixer};
@@ -79,24 +79,36 @@ fn values<B: Qwen35Ops, const D: usize>(tensor: Tensor<B, D>) -> Vec<f32> {
     tensor.into_data().convert::<f32>().to_vec().unwrap()
 }
 
-/// `[rows, width]` random activations in `[-1, 1)` that are their own 8-bit-block round trip.
-fn rounded_input<B: Qwen35Ops>(rows: usize, width: usize, seed: u64, device: &B::Device) -> Tensor<B, 2> {
+/// `[rows, width]` random activations in `[-1, 1)`.
+fn random_input(rows: usize, width: usize, seed: u64) -> Vec<f32> {
     let mut state = seed;
-    let x: Vec<f32> = (0..rows * width)
+    (0..rows * width)
         .map(|_| {
             state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
             (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
         })
-        .collect();
-    // A width of partial blocks has no q8 projection (they stay f32): nothing to round for.
-    let x = match width % Q8_BLOCK {
-        0 => {
-            let [(q, scales)] = <[_; 1]>::try_from(quantize_activations(&x, width, ActivationPlanes::One)).unwrap();
-            dequantize_q8(&q, &scales)
-        }
-        _ => x,
-    };
+        .collect()
+}
+
+/// `x [rows, width]` rounded to `planes` of 8-bit blocks, as a block product rounds its input; a
+/// width of partial blocks has no block product (it stays f32) and is kept as it is.
+fn rounded<B: Qwen35Ops>(x: Vec<f32>, width: usize, planes: ActivationPlanes, device: &B::Device) -> Tensor<B, 2> {
+    let rows = x.len() / width;
+    let x = if width % Q8_BLOCK == 0 { round_activations(&x, width, planes) } else { x };
     Tensor::from_data(TensorData::new(x, [rows, width]), device)
+}
+
+/// `[rows, width]` random activations that are their own one-plane round trip, so a block
+/// product's rounding of them changes them by at most the last bit of a block's scale.
+fn rounded_input<B: Qwen35Ops>(rows: usize, width: usize, seed: u64, device: &B::Device) -> Tensor<B, 2> {
+    rounded(random_input(rows, width, seed), width, ActivationPlanes::One, device)
+}
+
+/// The planes a projection of a load in `format` rounds its input to, by the rule of
+/// `docs/weights.md`: two for q8's products of activations, else one.
+fn planes_of(format: WeightFormat, name: &str) -> ActivationPlanes {
+    let product = ["out_proj", "o_proj", "down_proj"].iter().any(|p| name.ends_with(p));
+    if format == WeightFormat::Q8 && product { ActivationPlanes::Two } else { ActivationPlanes::One }
 }
 
 /// Every projection of a model with its path, in module order.
@@ -138,9 +150,14 @@ fn check_model<B: Qwen35Ops>(model_name: &str, layout: &str, format: WeightForma
             in_blocks += 1;
         }
         let [d_in, _] = expected.dims();
-        let x = rounded_input::<B>(9, d_in, in_blocks as u64, &device);
+        let x = random_input(9, d_in, in_blocks as u64);
+        let input = Tensor::<B, 2>::from_data(TensorData::new(x.clone(), [9, d_in]), &device);
+        let as_rounded = match actual {
+            Projection::Float(_) => input.clone(),
+            _ => rounded::<B>(x, d_in, planes_of(format, &name), &device),
+        };
         let label = format!("{model_name}/{layout} {format} {name}");
-        relative_check(&label, &values(actual.forward(x.clone())), &values(expected.forward(x)), TOLERANCE);
+        relative_check(&label, &values(actual.forward(input)), &values(expected.forward(as_rounded)), TOLERANCE);
     }
     assert!(in_blocks > 0, "{model_name}: the {format} load kept every projection in f32");
     check_tables(&format!("{model_name}/{layout} {format}"), &float, &quantized);
@@ -173,15 +190,18 @@ fn check_experts<B: Qwen35Ops>() {
     // Initialised now (`to_device` reads every parameter).
     let float = config.init::<B>(&device).to_device(&device);
     let Experts::Float(experts) = &float.experts else { panic!("f32 by default") };
-    for (name, stacked) in [("gate_up_proj", &experts.gate_up_proj), ("down_proj", &experts.down_proj)] {
+    let Experts::Q8(q8_experts) = config.clone().with_weights(WeightFormat::Q8).init::<B>(&device).experts else { panic!("q8 experts") };
+    let planes = [q8_experts.gate_up_proj.planes, q8_experts.down_proj.planes];
+    for ((name, stacked), planes) in [("gate_up_proj", &experts.gate_up_proj), ("down_proj", &experts.down_proj)].into_iter().zip(planes) {
+        assert_eq!(planes, planes_of(WeightFormat::Q8, name), "the q8 experts' {name}");
         let [batch, d_in, d_out] = stacked.lazy_shape().dims::<3>();
         let rows = values(stacked.val().swap_dims(1, 2)); // [E, out, in]: rows of input values
         let (q, scales) = quantize_q8(&rows, d_in);
-        let rounded = Tensor::<B, 3>::from_data(TensorData::new(dequantize_q8(&q, &scales), [batch, d_out, d_in]), &device).swap_dims(1, 2);
+        let rounded_weight = Tensor::<B, 3>::from_data(TensorData::new(dequantize_q8(&q, &scales), [batch, d_out, d_in]), &device).swap_dims(1, 2);
         let q8 = Q8Weight {
             values: Param::initialized(ParamId::new(), q8_values(q, [batch, d_out, d_in], &device)),
             scales: Param::initialized(ParamId::new(), block_scales(scales, [batch, d_out, d_in / Q8_BLOCK], &device)),
-            planes: ActivationPlanes::One,
+            planes,
         };
         let (packed, scales) = quantize_q4(&rows, d_in);
         let q4_rounded = Tensor::<B, 3>::from_data(TensorData::new(dequantize_q4(&packed, &scales), [batch, d_out, d_in]), &device).swap_dims(1, 2);
@@ -191,12 +211,13 @@ fn check_experts<B: Qwen35Ops>() {
         };
         let counts: [i64; 8] = [3, 0, 1, 7, 0, 0, 2, 5];
         assert_eq!(batch, counts.len());
-        let x = rounded_input::<B>(counts.iter().sum::<i64>() as usize, d_in, 3, &device);
+        let x = random_input(counts.iter().sum::<i64>() as usize, d_in, 3);
+        let input = Tensor::<B, 2>::from_data(TensorData::new(x.clone(), [x.len() / d_in, d_in]), &device);
         let counts = Tensor::<B, 1, Int>::from_data(TensorData::new(counts.to_vec(), [batch]), &device);
-        let expected = grouped_matmul(x.clone(), rounded, counts.clone());
-        relative_check(&format!("q8 {name}"), &values(q8.grouped_matmul(x.clone(), counts.clone())), &values(expected), TOLERANCE);
-        let expected = grouped_matmul(x.clone(), q4_rounded, counts.clone());
-        relative_check(&format!("q4 {name}"), &values(q4.grouped_matmul(x, counts)), &values(expected), TOLERANCE);
+        let expected = grouped_matmul(rounded::<B>(x.clone(), d_in, planes, &device), rounded_weight, counts.clone());
+        relative_check(&format!("q8 {name}"), &values(q8.grouped_matmul(input.clone(), counts.clone())), &values(expected), TOLERANCE);
+        let expected = grouped_matmul(rounded::<B>(x, d_in, planes_of(WeightFormat::Q4, name), &device), q4_rounded, counts.clone());
+        relative_check(&format!("q4 {name}"), &values(q4.grouped_matmul(input, counts)), &values(expected), TOLERANCE);
     }
 }
 

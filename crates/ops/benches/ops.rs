@@ -14,7 +14,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor, TensorData};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use decider_ops::{
-    ActivationPlanes, DenseMatmul, ExpertCount, Q8_BLOCK, Q8Matmul, UnitLowerInverse, expert_count, generic, grouped_matmul, grouped_q8_matmul, block_scales, q8_matmul, q8_values,
+    ActivationPlanes, DenseMatmul, ExpertCount, Q8_BLOCK, dense_matmul, Q8Matmul, UnitLowerInverse, expert_count, generic, grouped_matmul, grouped_q8_matmul, block_scales, q8_matmul, q8_values,
     quantize_q8, reference, unit_lower_inverse,
 };
 
@@ -87,17 +87,24 @@ fn bench_backend<B: ExpertCount + UnitLowerInverse + Q8Matmul + DenseMatmul>(c: 
     let mut group = c.benchmark_group(format!("{backend}/q8_matmul_2048_to_6144"));
     group.sample_size(10);
     let (d_in, d_out) = (2048, 6144);
-    let weight = Tensor::<B, 2>::random([d_out, d_in], Distribution::Uniform(-0.05, 0.05), &device);
-    let (values, scales) = quantize_q8(&weight.clone().into_data().to_vec::<f32>().unwrap(), d_in);
+    // [in, out] in memory, as burn's Linear holds it; its rows `[out, in]` quantized.
+    let weight_t = Tensor::<B, 2>::random([d_in, d_out], Distribution::Uniform(-0.05, 0.05), &device);
+    let (values, scales) = quantize_q8(&weight_t.clone().transpose().into_data().to_vec::<f32>().unwrap(), d_in);
     let values = q8_values::<B, 2>(values, [d_out, d_in], &device);
     let scales = block_scales::<B, 2>(scales, [d_out, d_in / Q8_BLOCK], &device);
-    let weight_t = weight.transpose(); // [in, out], as burn's Linear holds it
-    for tokens in [64, 512] {
+    for tokens in [64, 512, 2048] {
         let x = Tensor::<B, 2>::random([tokens, d_in], Distribution::Normal(0.0, 1.0), &device);
         sync();
         group.bench_with_input(BenchmarkId::new("f32_matmul", tokens), &x, |b, x| {
             b.iter(|| {
                 let _ = x.clone().matmul(weight_t.clone());
+                sync()
+            })
+        });
+        // What an f32 projection runs (on ndarray: sgemm on the weight read in place).
+        group.bench_with_input(BenchmarkId::new("f32_dense_matmul", tokens), &x, |b, x| {
+            b.iter(|| {
+                let _ = dense_matmul(x.clone(), weight_t.clone());
                 sync()
             })
         });

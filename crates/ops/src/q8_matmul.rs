@@ -196,7 +196,7 @@ fn round_half_away(x: f32) -> i32 {
 /// planes of 8-bit blocks, as [`Q8Matmul::q8_matmul`] and [`crate::q4_matmul`] read them: plane 0
 /// is `x` rounded, each further plane the remainder that the planes before leave, rounded; each
 /// plane is `(values [rows, cols], scales [rows, cols / 32])`, and `x ≈ Σ values · scale`
-/// ([`dequantize_activations`]). In parallel over blocks. Unlike [`quantize_q8`], the scale stays
+/// ([`round_activations`]). In parallel over blocks. Unlike [`quantize_q8`], the scale stays
 /// f32 and ties round to even (burn's `round`), so the generic form rounds exactly alike.
 pub fn quantize_activations(x: &[f32], cols: usize, planes: ActivationPlanes) -> Vec<(Vec<i8>, Vec<f32>)> {
     assert!(cols % Q8_BLOCK == 0, "quantize_activations: {cols} columns are not whole blocks of {Q8_BLOCK}");
@@ -216,11 +216,25 @@ pub fn quantize_activations(x: &[f32], cols: usize, planes: ActivationPlanes) ->
         .collect()
 }
 
-/// The activations that the planes of [`quantize_activations`] stand for, `Σ values · scale`.
-pub fn dequantize_activations(planes: &[(Vec<i8>, Vec<f32>)]) -> Vec<f32> {
-    let mut planes = planes.iter().map(|(values, scales)| dequantize_q8(values, scales));
-    let first = planes.next().unwrap_or_default();
-    planes.fold(first, |sum, plane| sum.iter().zip(plane).map(|(a, b)| a + b).collect())
+/// The activations that [`quantize_activations`] rounds `x` to, `Σ values · scale` (plane by
+/// plane, in f32), without holding the planes: what a kernel that multiplies in f32 reads. In
+/// parallel over blocks.
+pub fn round_activations(x: &[f32], cols: usize, planes: ActivationPlanes) -> Vec<f32> {
+    assert!(cols % Q8_BLOCK == 0, "round_activations: {cols} columns are not whole blocks of {Q8_BLOCK}");
+    let planes = planes.count();
+    let mut rounded = vec![0f32; x.len()];
+    rounded.par_chunks_mut(Q8_BLOCK).zip(x.par_chunks(Q8_BLOCK)).for_each(|(rounded, block)| {
+        let mut values = [[0i8; Q8_BLOCK]; ActivationPlanes::Two.count()];
+        let mut scales = [0f32; ActivationPlanes::Two.count()];
+        let mut next = values.iter_mut();
+        round_activation_planes(block, &mut scales[..planes], || next.next().expect("a block per plane").as_mut_slice());
+        for (p, (values, &d)) in values[..planes].iter().zip(&scales).enumerate() {
+            for (r, &v) in rounded.iter_mut().zip(values) {
+                *r = if p == 0 { v as f32 * d } else { *r + v as f32 * d };
+            }
+        }
+    });
+    rounded
 }
 
 /// One block of [`quantize_activations`]: rounds `block` into one plane per scale of `scales`,

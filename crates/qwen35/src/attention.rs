@@ -44,7 +44,7 @@ pub struct GatedAttention<B: Backend> {
 impl GatedAttentionConfig {
     pub fn init<B: Backend>(&self, device: &B::Device) -> GatedAttention<B> {
         let (heads, kv_heads, hd) = (self.num_attention_heads, self.num_key_value_heads, self.head_dim);
-        let linear = |i, o, input| ProjectionConfig::new(i, o).with_weights(self.weights).with_input(input).init(device);
+        let linear = |i, o, input| ProjectionConfig::new(i, o, input).with_weights(self.weights).init(device);
         let norm = RmsNormConfig::new(hd).with_eps(self.rms_norm_eps);
         GatedAttention {
             q_proj: linear(self.hidden_size, heads * 2 * hd, ProjectionInput::Normed),

@@ -67,7 +67,7 @@ impl GatedDeltaNetConfig {
         let value_dim = self.num_value_heads * self.value_head_dim;
         let conv_dim = 2 * key_dim + value_dim;
         let linear = |i, o| LinearConfig::new(i, o).with_bias(false).init(device);
-        let projection = |i, o, input| ProjectionConfig::new(i, o).with_weights(self.weights).with_input(input).init(device);
+        let projection = |i, o, input| ProjectionConfig::new(i, o, input).with_weights(self.weights).init(device);
         let k = self.conv_kernel_dim;
         GatedDeltaNet {
             in_proj_qkv: projection(self.hidden_size, conv_dim, ProjectionInput::Normed),

@@ -140,11 +140,10 @@ impl FromStr for WeightChoice {
 
 /// What a projection's input is: it sets how finely a Q8_0 weight's integer dot rounds that input
 /// ([`ActivationPlanes`], whose doc gives the measured effect).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ProjectionInput {
     /// An RMSNorm's output (the layer's `input_layernorm` or `post_attention_layernorm`): values
     /// of one size, rounded to one 8-bit plane, as llama.cpp does.
-    #[default]
     Normed,
     /// A product of activations (`silu(gate) · up`, attention's output times its gate, the
     /// DeltaNet's gated norm): a few values far above the rest, rounded to two planes.

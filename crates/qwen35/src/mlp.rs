@@ -27,7 +27,7 @@ pub struct Mlp<B: Backend> {
 
 impl MlpConfig {
     pub fn init<B: Backend>(&self, device: &B::Device) -> Mlp<B> {
-        let linear = |i, o, input| ProjectionConfig::new(i, o).with_weights(self.weights).with_input(input).init(device);
+        let linear = |i, o, input| ProjectionConfig::new(i, o, input).with_weights(self.weights).init(device);
         Mlp {
             gate_proj: linear(self.hidden_size, self.intermediate_size, ProjectionInput::Normed),
             up_proj: linear(self.hidden_size, self.intermediate_size, ProjectionInput::Normed),

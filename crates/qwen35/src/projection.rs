@@ -14,10 +14,10 @@ use crate::format::{FormatOps, HalfWeight, ProjectionInput, Q4Weight, Q8Weight, 
 pub struct ProjectionConfig {
     pub d_input: usize,
     pub d_output: usize,
+    /// What the input is (no default: it sets a q8 weight's rounding of it).
+    pub input: ProjectionInput,
     #[config(default = "WeightFormat::F32")]
     pub weights: WeightFormat,
-    #[config(default = "ProjectionInput::Normed")]
-    pub input: ProjectionInput,
 }
 
 /// `x W` without bias: burn's `Linear` (`[in, out]`) in f32, Q8_0 or Q4_0 blocks, or 16-bit

@@ -9,7 +9,7 @@ use half::f16;
 use num_traits::Float;
 use rayon::prelude::*;
 
-use crate::{ActivationPlanes, Half, Q4_ACTIVATION_PLANES, dequantize_activations, quantize_activations};
+use crate::{ActivationPlanes, Half, Q4_ACTIVATION_PLANES, round_activations};
 
 pub use isa::Isa;
 
@@ -98,7 +98,7 @@ pub fn q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usiz
     if integer_dot() {
         return vnni::q8_matmul(x, n, values, scales, d_out, d_in, planes);
     }
-    let x = dequantize_activations(&quantize_activations(x, d_in, planes));
+    let x = round_activations(x, d_in, planes);
     dequantized_q8_matmul(&x, n, values, scales, d_out, d_in)
 }
 
@@ -109,7 +109,7 @@ pub fn q4_matmul(x: &[f32], n: usize, packed: &[u8], scales: &[f16], d_out: usiz
     if integer_dot() {
         return vnni::q4_matmul(x, n, packed, scales, d_out, d_in);
     }
-    let x = dequantize_activations(&quantize_activations(x, d_in, Q4_ACTIVATION_PLANES));
+    let x = round_activations(x, d_in, Q4_ACTIVATION_PLANES);
     dequantized_q4_matmul(&x, n, packed, scales, d_out, d_in)
 }
 
