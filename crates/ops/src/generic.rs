@@ -141,19 +141,23 @@ pub fn half_matmul<B: Backend>(x: Tensor<B, 2>, bits: Tensor<B, 2, Int>, half: H
 }
 
 /// `x [n, in]` rounded to `planes` of 8-bit blocks of 32 and back, as
-/// [`crate::quantize_activations`] rounds it. Rounding has no gradient: the gradient passes to `x`
+/// [`crate::round_activations`] rounds it on the host. Rounding has no gradient: the gradient passes to `x`
 /// as if unrounded (the straight-through estimator of quantization-aware training).
 fn round_activations<B: Backend>(x: Tensor<B, 2>, planes: ActivationPlanes) -> Tensor<B, 2> {
     let [n, d_in] = x.dims();
-    let mut rest = x.clone().detach().reshape([n, d_in / crate::Q8_BLOCK, crate::Q8_BLOCK]);
-    let mut rounded = rest.zeros_like();
-    for _ in 0..planes.count() {
+    let round_plane = |rest: Tensor<B, 3>| {
         let scale = rest.clone().abs().max_dim(2).div_scalar(127.0);
         // A zero scale is a zero block: divided by 1, its values stay 0.
         let divisor = scale.clone().mask_fill(scale.clone().equal_elem(0.0), 1.0);
-        let plane = (rest.clone() / divisor).round() * scale;
-        rest = rest - plane.clone();
-        rounded = rounded + plane;
+        (rest / divisor).round() * scale
+    };
+    let mut rest = x.clone().detach().reshape([n, d_in / crate::Q8_BLOCK, crate::Q8_BLOCK]);
+    let mut plane = round_plane(rest.clone());
+    let mut rounded = plane.clone();
+    for _ in 1..planes.count() {
+        rest = rest - plane;
+        plane = round_plane(rest.clone());
+        rounded = rounded + plane.clone();
     }
     // `x + (r - x)` is `r` exactly: `r` is 0 or within a factor of 2 of `x` (Sterbenz).
     x.clone() + (rounded.reshape([n, d_in]) - x).detach()

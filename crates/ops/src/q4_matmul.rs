@@ -14,7 +14,7 @@
 //! Q4_0 weight with Q8_0 activations: `ggml_vec_dot_q4_0_q8_0`), but to one plane
 //! ([`Q4_ACTIVATION_PLANES`]): next to 4-bit weights their rounding does not move decisions
 //! measurably (the accuracy report in the repository's README). So `q4_matmul` is `round(x) ·
-//! Wᵀ` with one plane of [`crate::quantize_activations`] on every backend, whichever kernel runs.
+//! Wᵀ` with one plane of [`crate::round_activations`] on every backend, whichever kernel runs.
 
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, Element, Int, Shape, Tensor, TensorData, TensorPrimitive};
@@ -26,7 +26,7 @@ use crate::{ActivationPlanes, Q8Matmul};
 /// Values per block (one scale each).
 pub const Q4_BLOCK: usize = 32;
 
-/// The 8-bit planes [`q4_matmul`] rounds its activations to ([`crate::quantize_activations`]).
+/// The 8-bit planes [`q4_matmul`] rounds its activations to ([`crate::round_activations`]).
 pub const Q4_ACTIVATION_PLANES: ActivationPlanes = ActivationPlanes::One;
 
 /// `x · Wᵀ` with `W` in Q4_0 blocks.

@@ -14,7 +14,7 @@
 //! not). Unlike llama.cpp, the caller may ask for the remainder `x - round(x / d) · d` to be
 //! rounded the same way into a second plane ([`ActivationPlanes`]): a block is then held to
 //! `max|x| / 64,516` instead of `max|x| / 254`, and the dot runs once per plane. So `q8_matmul`
-//! is `round(x) · Wᵀ` with `round` = [`quantize_activations`] on every backend, whichever kernel
+//! is `round(x) · Wᵀ` with `round` = [`round_activations`] on every backend, whichever kernel
 //! runs: the integer dot where a CPU has one, the rounded activations times the dequantized
 //! weight elsewhere.
 
@@ -26,7 +26,7 @@ use rayon::prelude::*;
 /// Values per block (one scale each).
 pub const Q8_BLOCK: usize = 32;
 
-/// How many 8-bit planes [`q8_matmul`] rounds its activations to ([`quantize_activations`]).
+/// How many 8-bit planes [`q8_matmul`] rounds its activations to ([`round_activations`]).
 ///
 /// One plane (llama.cpp's choice) keeps an input whose values are of one size, such as an
 /// RMSNorm's output, to about 0.4 % of each block's largest value. An input that is a product of
@@ -192,43 +192,21 @@ fn round_half_away(x: f32) -> i32 {
     truncated + i32::from(remainder >= 0.5) - i32::from(remainder <= -0.5)
 }
 
-/// Rounds row-major `[rows, cols]` activations (`cols` a multiple of [`Q8_BLOCK`]) to `planes`
-/// planes of 8-bit blocks, as [`Q8Matmul::q8_matmul`] and [`crate::q4_matmul`] read them: plane 0
-/// is `x` rounded, each further plane the remainder that the planes before leave, rounded; each
-/// plane is `(values [rows, cols], scales [rows, cols / 32])`, and `x ≈ Σ values · scale`
-/// ([`round_activations`]). In parallel over blocks. Unlike [`quantize_q8`], the scale stays
-/// f32 and ties round to even (burn's `round`), so the generic form rounds exactly alike.
-pub fn quantize_activations(x: &[f32], cols: usize, planes: ActivationPlanes) -> Vec<(Vec<i8>, Vec<f32>)> {
-    assert!(cols % Q8_BLOCK == 0, "quantize_activations: {cols} columns are not whole blocks of {Q8_BLOCK}");
-    let (blocks, planes) = (x.len() / Q8_BLOCK, planes.count());
-    // Block-major while rounding (each block's planes side by side), split into planes after.
-    let mut values = vec![0i8; x.len() * planes];
-    let mut scales = vec![0f32; blocks * planes];
-    values.par_chunks_mut(Q8_BLOCK * planes).zip(scales.par_chunks_mut(planes)).zip(x.par_chunks(Q8_BLOCK)).for_each(|((values, scales), block)| {
-        let mut planes = values.chunks_exact_mut(Q8_BLOCK);
-        round_activation_planes(block, scales, || planes.next().expect("a block per plane"));
-    });
-    (0..planes)
-        .map(|p| {
-            let plane_values = values.chunks_exact(Q8_BLOCK).skip(p).step_by(planes).flatten().copied().collect();
-            (plane_values, scales.iter().skip(p).step_by(planes).copied().collect())
-        })
-        .collect()
-}
-
-/// The activations that [`quantize_activations`] rounds `x` to, `Σ values · scale` (plane by
-/// plane, in f32), without holding the planes: what a kernel that multiplies in f32 reads. In
-/// parallel over blocks.
+/// Row-major `[rows, cols]` activations (`cols` a multiple of [`Q8_BLOCK`]) rounded to `planes`
+/// of 8-bit blocks and back, as [`Q8Matmul::q8_matmul`] and [`crate::q4_matmul`] read them: plane
+/// 0 is each block of `x` rounded, each further plane the remainder that the planes before leave,
+/// rounded; the result is `Σ values · scale`, plane by plane in f32. Unlike [`quantize_q8`], the
+/// scale stays f32 and ties round to even (burn's `round`), so the generic form rounds exactly
+/// alike. In parallel over blocks.
 pub fn round_activations(x: &[f32], cols: usize, planes: ActivationPlanes) -> Vec<f32> {
     assert!(cols % Q8_BLOCK == 0, "round_activations: {cols} columns are not whole blocks of {Q8_BLOCK}");
     let planes = planes.count();
     let mut rounded = vec![0f32; x.len()];
     rounded.par_chunks_mut(Q8_BLOCK).zip(x.par_chunks(Q8_BLOCK)).for_each(|(rounded, block)| {
-        let mut values = [[0i8; Q8_BLOCK]; ActivationPlanes::Two.count()];
+        let mut values = [0i8; Q8_BLOCK * ActivationPlanes::Two.count()];
         let mut scales = [0f32; ActivationPlanes::Two.count()];
-        let mut next = values.iter_mut();
-        round_activation_planes(block, &mut scales[..planes], || next.next().expect("a block per plane").as_mut_slice());
-        for (p, (values, &d)) in values[..planes].iter().zip(&scales).enumerate() {
+        round_activation_planes(block, &mut values[..planes * Q8_BLOCK], &mut scales[..planes]);
+        for (p, (values, &d)) in values.chunks_exact(Q8_BLOCK).zip(&scales[..planes]).enumerate() {
             for (r, &v) in rounded.iter_mut().zip(values) {
                 *r = if p == 0 { v as f32 * d } else { *r + v as f32 * d };
             }
@@ -237,15 +215,14 @@ pub fn round_activations(x: &[f32], cols: usize, planes: ActivationPlanes) -> Ve
     rounded
 }
 
-/// One block of [`quantize_activations`]: rounds `block` into one plane per scale of `scales`,
-/// writing plane `p`'s values into the `p`-th slice `next_plane` returns. Inlined into its
-/// callers, so a caller compiled for a wider instruction set vectorizes it.
+/// One block of [`round_activations`]: rounds `block` into one plane per scale of `scales`, plane
+/// `p`'s 32 values to `values[32 p..]`. Inlined into its callers, so a caller compiled for a
+/// wider instruction set vectorizes it.
 #[inline(always)]
-pub(crate) fn round_activation_planes<'a>(block: &[f32], scales: &mut [f32], mut next_plane: impl FnMut() -> &'a mut [i8]) {
+pub(crate) fn round_activation_planes(block: &[f32], values: &mut [i8], scales: &mut [f32]) {
     let mut rest = [0f32; Q8_BLOCK];
     rest.copy_from_slice(block);
-    for scale in scales {
-        let values = next_plane();
+    for (values, scale) in values.chunks_exact_mut(Q8_BLOCK).zip(scales) {
         let d = rest.iter().fold(0f32, |m, x| m.max(x.abs())) / 127.0;
         // A zero scale means a zero block (or one too small for f32): its values are 0.
         let divisor = if d != 0.0 { d } else { 1.0 };

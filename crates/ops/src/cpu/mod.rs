@@ -91,7 +91,7 @@ pub fn unit_lower_inverse<T: Float + Send + Sync>(a: &[T], n: usize) -> Vec<T> {
 
 /// `round(x) [n, d_in] · Wᵀ -> [n, d_out]` for `W [d_out, d_in]` in Q8_0 blocks (`values` in
 /// [`q8_layout`], `scales [d_out, d_in / 32]`), the activations rounded to `planes` of 8-bit
-/// blocks ([`quantize_activations`]): the integer dot of [`vnni`] where the CPU has it, else
+/// blocks ([`round_activations`]): the integer dot of [`vnni`] where the CPU has it, else
 /// [`dequantized_q8_matmul`] on the rounded activations.
 pub fn q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usize, d_in: usize, planes: ActivationPlanes) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]

@@ -137,7 +137,7 @@ impl Packing for Q4 {
 
 /// `round(x) [n, d_in] · Wᵀ -> [n, d_out]`: `W` as Q8_0 `values` in [`q8_layout`] and `scales
 /// [d_out, d_in / 32]`, `x` rounded here to `planes`
-/// ([`crate::quantize_activations`], compiled for AVX-512). Parallel over groups of 16 weight
+/// ([`crate::round_activations`], compiled for AVX-512). Parallel over groups of 16 weight
 /// rows; each group's values are read once per tile of tokens.
 ///
 /// # Panics
@@ -257,8 +257,7 @@ struct Activations<'a, const PLANES: usize> {
 /// is one instruction.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn round_block(block: &[f32], values: &mut [i8], scales: &mut [f32], sums: &mut [i32]) {
-    let mut planes = values.chunks_exact_mut(Q8_BLOCK);
-    crate::q8_matmul::round_activation_planes(block, scales, || planes.next().expect("a block per plane"));
+    crate::q8_matmul::round_activation_planes(block, values, scales);
     for (sum, plane) in sums.iter_mut().zip(values.chunks_exact(Q8_BLOCK)) {
         *sum = plane.iter().map(|&v| v as i32).sum::<i32>();
     }
