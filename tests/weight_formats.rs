@@ -18,10 +18,10 @@
 //! models are not compared: there every projection's rounding is real, and on these small
 //! random models it is amplified layer by layer (up to 0.15 of a layer's scale).
 
-use burn::module::{Module, Param, ParamId};
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::module::{Module, ModuleVisitor, Param, ParamId};
+use burn::tensor::{DType, Int, Tensor, TensorData};
 use decider_ops::{
-    ActivationPlanes, Q4_BLOCK, Q8_BLOCK, block_scales, dequantize_q4, dequantize_q8, grouped_matmul, q4_values, q8_values, quantize_q4, quantize_q8, reference, round_activations,
+    ActivationPlanes, Half, holds_half_floats, Q4_BLOCK, Q8_BLOCK, block_scales, dequantize_q4, dequantize_q8, grouped_matmul, q4_values, q8_values, quantize_q4, quantize_q8, reference, round_activations,
 };
 use integration_tests::{LAYOUTS, MODELS, fixture_copy, fixture_path, relative_check, rewrite_tensors};
 use qwen35::decoder::{FeedForward, TokenMixer};
@@ -337,13 +337,40 @@ fn check_half_model<B: Qwen35Ops>(model_name: &str, layout: &str, format: Weight
             assert!(matches!((&moe.experts, format), (Experts::F16(_), WeightFormat::F16) | (Experts::Bf16(_), WeightFormat::Bf16)), "{folder}: experts not in {format}");
         }
     }
-    for table in [Some(&half.embed_tokens), half.lm_head.as_ref()].into_iter().flatten() {
+    let tables: Vec<&TokenTable<B>> = [Some(&half.embed_tokens), half.lm_head.as_ref()].into_iter().flatten().collect();
+    for table in &tables {
         assert!(matches!((table, format), (TokenTable::F16(_), WeightFormat::F16) | (TokenTable::Bf16(_), WeightFormat::Bf16)), "{folder}: a token table not in {format}");
     }
+    // Each 16-bit weight is one parameter: a float tensor in the 16-bit dtype where the device
+    // holds one, else an int tensor of patterns (and no other parameter is an int).
+    let moe_layers = half.layers.iter().filter(|layer| matches!(layer.mlp, FeedForward::Sparse(_))).count();
+    let weights = projections(&half).len() + 2 * moe_layers + tables.len();
+    let kind = if format == WeightFormat::F16 { Half::F16 } else { Half::Bf16 };
+    let mut held = HeldAs { dtype: kind.dtype(), floats: 0, ints: 0 };
+    half.visit(&mut held);
+    let expected = if holds_half_floats::<B>(kind, &device) { (weights, 0) } else { (0, weights) };
+    assert_eq!((held.floats, held.ints), expected, "{folder} {format}: (float parameters in {:?}, int parameters)", kind.dtype());
     let [vocab, _] = float.embed_tokens.dims();
     let ids: Vec<i64> = (0..2 * 37).map(|i| (i * 89 + 5) as i64 % vocab as i64).collect();
     let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [2, 37]), &device);
     relative_check(&format!("{folder} {format} logits"), &values(half.forward(ids.clone())), &values(float.forward(ids)), TOLERANCE);
+}
+
+/// Counts a model's float parameters in `dtype` and its int parameters.
+struct HeldAs {
+    dtype: DType,
+    floats: usize,
+    ints: usize,
+}
+
+impl<B: Qwen35Ops> ModuleVisitor<B> for HeldAs {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        self.floats += usize::from(param.val().dtype() == self.dtype);
+    }
+
+    fn visit_int<const D: usize>(&mut self, _param: &Param<Tensor<B, D, Int>>) {
+        self.ints += 1;
+    }
 }
 
 macro_rules! weight_formats {

@@ -4,7 +4,7 @@
 
 use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::{Int, Tensor, TensorData};
-use decider_ops::{block_scales, half_bits, q4_values, q8_rows, q8_values, quantize_q4, quantize_q8};
+use decider_ops::{Half, block_scales, half_bits, half_floats, q4_values, q8_rows, q8_values, quantize_q4, quantize_q8};
 use half::f16;
 use qwen35::weights::{Stored, half_of, stack_dims, stored, transpose_last2};
 use qwen35::{Qwen35Config, Qwen35Model, Qwen35Ops, WeightFormat};
@@ -72,6 +72,22 @@ impl SeededWeights {
     }
 }
 
+impl SeededWeights {
+    /// A `HalfWeight`'s values of `shape` (`[.., out, in]`), drawn as its f32 form is, as 16-bit
+    /// patterns of the format variant's float.
+    fn draw_half(&mut self, shape: &[usize]) -> (Vec<u16>, Half) {
+        let (batch, d_out, d_in) = stack_dims(shape);
+        let half = half_of(&self.path);
+        let weights = match self.path.iter().any(|(_, owner)| owner == "Enum:TokenTable") {
+            // A token table: drawn and stored `[vocab, hidden]`, as its f32 `Embedding`.
+            true => self.draw(batch * d_out * d_in, 1.0 / (d_out as f32).sqrt()),
+            // A projection: drawn as its f32 `[in, out]`, stored `[out, in]`.
+            false => transpose_last2(&self.draw(batch * d_in * d_out, 1.0 / (d_in as f32).sqrt()), batch, d_in, d_out),
+        };
+        (weights.iter().map(|&w| half.from_f32(w).expect("the demo's weights are within ±1")).collect(), half)
+    }
+}
+
 impl<B: Qwen35Ops> ModuleMapper<B> for SeededWeights {
     fn enter_module(&mut self, name: &str, container_type: &str) {
         self.path.push((name.to_owned(), container_type.to_owned()));
@@ -85,9 +101,18 @@ impl<B: Qwen35Ops> ModuleMapper<B> for SeededWeights {
         // Only the shape is read: the lazy initial values are never drawn.
         let shape = param.lazy_shape();
         let dims = shape.dims::<D>();
-        let values = self.draw(shape.num_elements(), if D >= 2 { 1.0 / (dims[D - 2] as f32).sqrt() } else { 0.5 });
+        let device = param.lazy_device();
+        let tensor = match self.path.last().map(|(field, owner)| stored(owner, field)) {
+            Some(Stored::Half) => {
+                let (bits, half) = self.draw_half(&dims);
+                half_floats(bits, half, shape, &device)
+            }
+            _ => {
+                let values = self.draw(shape.num_elements(), if D >= 2 { 1.0 / (dims[D - 2] as f32).sqrt() } else { 0.5 });
+                Tensor::from_data(TensorData::new(values, shape), &device)
+            }
+        };
         let id = param.id;
-        let tensor = Tensor::from_data(TensorData::new(values, shape), &param.lazy_device());
         param.transform_for_load(tensor, id)
     }
 
@@ -120,18 +145,7 @@ impl<B: Qwen35Ops> ModuleMapper<B> for SeededWeights {
                 let scales = self.pending_scales.take().expect("a block module holds its values before its scales");
                 block_scales(scales, shape, &device)
             }
-            Some(Stored::HalfBits) => {
-                let (batch, d_out, d_in) = stack_dims(&shape.dims::<D>());
-                let half = half_of(&self.path);
-                let weights = match self.path.iter().any(|(_, owner)| owner == "Enum:TokenTable") {
-                    // A token table: drawn and stored `[vocab, hidden]`, as its f32 `Embedding`.
-                    true => self.draw(batch * d_out * d_in, 1.0 / (d_out as f32).sqrt()),
-                    // A projection: drawn as its f32 `[in, out]`, stored `[out, in]`.
-                    false => transpose_last2(&self.draw(batch * d_in * d_out, 1.0 / (d_in as f32).sqrt()), batch, d_in, d_out),
-                };
-                let bits = weights.iter().map(|&w| half.from_f32(w).expect("the demo's weights are within ±1")).collect();
-                half_bits(bits, shape, &device)
-            }
+            Some(Stored::Half) => half_bits(self.draw_half(&shape.dims::<D>()).0, shape, &device),
             _ => unreachable!("the only int parameters are blocks and 16-bit patterns"),
         };
         let id = param.id;

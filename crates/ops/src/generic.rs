@@ -2,7 +2,7 @@
 //! correct, and the yardstick the specialised kernels are tested and benchmarked against.
 
 use burn::tensor::ops::{FloatTensor, IntTensor};
-use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
+use burn::tensor::{FloatDType, Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
 
 use crate::{ActivationPlanes, DenseMatmul, Half, HalfMatmul, Q4Matmul, Q8Matmul, UnitLowerInverse};
 
@@ -140,6 +140,17 @@ pub fn half_matmul<B: Backend>(x: Tensor<B, 2>, bits: Tensor<B, 2, Int>, half: H
     x.matmul(crate::half_bits_f32(bits, half).transpose())
 }
 
+/// `x · Wᵀ` with the 16-bit float weight cast to f32 (exact), then one float matmul.
+pub fn half_float_matmul<B: Backend>(x: Tensor<B, 2>, weight: Tensor<B, 2>) -> Tensor<B, 2> {
+    let [out, _] = weight.dims();
+    let [n, _] = x.dims();
+    if n == 0 {
+        // burn-ndarray 0.21's matmul divides by the row count.
+        return Tensor::zeros([0, out], &x.device());
+    }
+    x.matmul(weight.cast(FloatDType::F32).transpose())
+}
+
 /// `x [n, in]` rounded to `planes` of 8-bit blocks of 32 and back, as
 /// [`crate::round_activations`] rounds it on the host. Rounding has no gradient: the gradient passes to `x`
 /// as if unrounded (the straight-through estimator of quantization-aware training).
@@ -224,6 +235,17 @@ pub fn grouped_half_matmul<B: HalfMatmul>(x: FloatTensor<B>, bits: IntTensor<B>,
     let bits = Tensor::<B, 3, Int>::from_primitive(bits);
     let [_, d_out, d_in] = bits.dims();
     per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| crate::half_matmul(x, bits.clone().narrow(0, expert, 1).reshape([d_out, d_in]), half))
+        .into_primitive()
+        .tensor()
+}
+
+/// [`crate::grouped_half_float_matmul`] as a [`HalfMatmul::half_float_matmul`] per expert with
+/// rows.
+pub fn grouped_half_float_matmul<B: HalfMatmul>(x: FloatTensor<B>, weight: FloatTensor<B>, counts: IntTensor<B>) -> FloatTensor<B> {
+    let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(x));
+    let weight = Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(weight));
+    let [_, d_out, d_in] = weight.dims();
+    per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| crate::half_float_matmul(x, weight.clone().narrow(0, expert, 1).reshape([d_out, d_in])))
         .into_primitive()
         .tensor()
 }

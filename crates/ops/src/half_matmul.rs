@@ -1,15 +1,20 @@
 //! Matmul with weights in 16-bit floats: IEEE half (`f16`) or bfloat16 (`bf16`, the type the
 //! released checkpoints are stored in).
 //!
-//! A weight `W [out, in]` (PyTorch's orientation, as stored in a checkpoint) is held as its 16-bit
-//! patterns in an int tensor, as the Q8_0 scales are ([`crate::block_scales`]): not every backend
-//! has 16-bit float tensors (ndarray has none). The product reads the patterns back as the exact
-//! f32 values they stand for and computes `x · Wᵀ` in f32: the activations are not rounded, so the
-//! result is the f32 path's on the rounded weight (for a bf16 checkpoint loaded as `bf16`, the f32
-//! path's exactly).
+//! A weight `W [out, in]` (PyTorch's orientation, as stored in a checkpoint) is held in one of two
+//! ways, chosen per device by [`holds_half_floats`]:
+//! - as a float tensor of that 16-bit dtype, where the device has it (candle: f16 and bf16; wgpu:
+//!   f16 where the adapter has `shader-f16`, bf16 never in burn-wgpu 0.21);
+//! - else as its 16-bit patterns in an int tensor, as the Q8_0 scales are
+//!   ([`crate::block_scales`]): ndarray has no 16-bit float tensors.
+//!
+//! Either product reads the weight back as the exact f32 values it stands for and computes
+//! `x · Wᵀ` in f32: the activations are not rounded, so the result is the f32 path's on the
+//! rounded weight (for a bf16 checkpoint loaded as `bf16`, the f32 path's exactly).
 
+use burn::tensor::backend::{Backend, DTypeUsage};
 use burn::tensor::ops::{FloatTensor, IntTensor};
-use burn::tensor::{Int, Shape, Tensor, TensorData, TensorPrimitive, backend::Backend};
+use burn::tensor::{DType, Int, Shape, Tensor, TensorData, TensorPrimitive};
 use half::{bf16, f16};
 
 use crate::Q8Matmul;
@@ -26,6 +31,14 @@ pub enum Half {
 }
 
 impl Half {
+    /// burn's dtype of this float.
+    pub const fn dtype(self) -> DType {
+        match self {
+            Half::F16 => DType::F16,
+            Half::Bf16 => DType::BF16,
+        }
+    }
+
     /// Mantissa bits and exponent bias.
     const fn fields(self) -> (u32, i32) {
         match self {
@@ -76,6 +89,27 @@ pub trait HalfMatmul: Q8Matmul {
     fn grouped_half_matmul(x: FloatTensor<Self>, bits: IntTensor<Self>, counts: IntTensor<Self>, half: Half) -> FloatTensor<Self> {
         crate::generic::grouped_half_matmul::<Self>(x, bits, counts, half)
     }
+
+    /// [`HalfMatmul::half_matmul`] with the weight `[out, in]` held as a float tensor of its
+    /// 16-bit dtype ([`holds_half_floats`]). The default casts it to f32 (exact) and runs the
+    /// backend's matmul.
+    fn half_float_matmul(x: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {
+        let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
+        crate::generic::half_float_matmul(x, Tensor::from_primitive(TensorPrimitive::Float(weight))).into_primitive().tensor()
+    }
+
+    /// The grouped form of [`HalfMatmul::half_float_matmul`], `weight [experts, out, in]`. The
+    /// default is a [`HalfMatmul::half_float_matmul`] per expert with rows (so only their
+    /// weights are cast).
+    fn grouped_half_float_matmul(x: FloatTensor<Self>, weight: FloatTensor<Self>, counts: IntTensor<Self>) -> FloatTensor<Self> {
+        crate::generic::grouped_half_float_matmul::<Self>(x, weight, counts)
+    }
+}
+
+/// Whether `device` holds weights of `half` as a float tensor of that dtype (it can store it and
+/// cast it to f32); else they are held as patterns ([`half_bits`]).
+pub fn holds_half_floats<B: Backend>(half: Half, device: &B::Device) -> bool {
+    B::dtype_usage(device, half.dtype()).contains(DTypeUsage::Storage)
 }
 
 /// `x [n, in] · Wᵀ -> [n, out]` with `W [out, in]` given as 16-bit patterns of `half`.
@@ -100,6 +134,38 @@ pub fn grouped_half_matmul<B: HalfMatmul>(x: Tensor<B, 2>, bits: Tensor<B, 3, In
         counts.into_primitive(),
         half,
     )))
+}
+
+/// `x [n, in] · Wᵀ -> [n, out]` with `W [out, in]` a float tensor of a 16-bit dtype.
+pub fn half_float_matmul<B: HalfMatmul>(x: Tensor<B, 2>, weight: Tensor<B, 2>) -> Tensor<B, 2> {
+    let ([_, d_in], [out, w_in]) = (x.dims(), weight.dims());
+    assert!(d_in == w_in, "half_float_matmul: x [_, {d_in}] and the weight [{out}, {w_in}] do not match");
+    Tensor::from_primitive(TensorPrimitive::Float(B::half_float_matmul(x.into_primitive().tensor(), weight.into_primitive().tensor())))
+}
+
+/// [`half_float_matmul`] grouped by expert, as [`grouped_half_matmul`]: `weight [experts, out,
+/// in]` a float tensor of a 16-bit dtype.
+pub fn grouped_half_float_matmul<B: HalfMatmul>(x: Tensor<B, 2>, weight: Tensor<B, 3>, counts: Tensor<B, 1, Int>) -> Tensor<B, 2> {
+    let ([_, d_in], [experts, out, w_in], [c]) = (x.dims(), weight.dims(), counts.dims());
+    assert!(
+        d_in == w_in && c == experts,
+        "grouped_half_float_matmul: x [_, {d_in}], the weights [{experts}, {out}, {w_in}] and counts [{c}] do not match"
+    );
+    Tensor::from_primitive(TensorPrimitive::Float(B::grouped_half_float_matmul(
+        x.into_primitive().tensor(),
+        weight.into_primitive().tensor(),
+        counts.into_primitive(),
+    )))
+}
+
+/// 16-bit patterns of `half` as a float tensor of that dtype, on a device that
+/// [`holds_half_floats`].
+pub fn half_floats<B: Backend, const D: usize>(bits: Vec<u16>, half: Half, shape: impl Into<Shape>, device: &B::Device) -> Tensor<B, D> {
+    let data = match half {
+        Half::F16 => TensorData::new(bits.into_iter().map(f16::from_bits).collect(), shape),
+        Half::Bf16 => TensorData::new(bits.into_iter().map(bf16::from_bits).collect(), shape),
+    };
+    Tensor::from_data(data, (device, half.dtype()))
 }
 
 /// 16-bit patterns `[...]` as a tensor of the backend's [`Q8Matmul::block_scales_dtype`].

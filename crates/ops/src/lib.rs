@@ -17,7 +17,9 @@ mod unit_lower_inverse;
 pub use dense_matmul::{DenseMatmul, dense_matmul, grouped_matmul};
 pub use expert_count::{ExpertCount, expert_count};
 pub use gated_delta_rule::{GatedDeltaRule, gated_delta_rule};
-pub use half_matmul::{Half, HalfMatmul, grouped_half_matmul, half_bits, half_bits_f32, half_matmul};
+pub use half_matmul::{
+    Half, HalfMatmul, grouped_half_float_matmul, grouped_half_matmul, half_bits, half_bits_f32, half_float_matmul, half_floats, half_matmul, holds_half_floats,
+};
 pub use q4_matmul::{Q4_ACTIVATION_PLANES, Q4_BLOCK, Q4Matmul, dequantize_q4, grouped_q4_matmul, q4_matmul, q4_values, quantize_q4, quantize_q4_block};
 pub use q8_matmul::{
     ActivationPlanes, Q8_BLOCK, Q8Matmul, block_scales, block_scales_f32, dequantize_q8, grouped_q8_matmul, q8_matmul, q8_rows, q8_values,

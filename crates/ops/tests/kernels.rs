@@ -5,8 +5,8 @@
 use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
 use decider_ops::{
     DenseMatmul, ExpertCount, GatedDeltaRule, Half, HalfMatmul, ActivationPlanes, Q4_ACTIVATION_PLANES, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, UnitLowerInverse, block_scales, block_scales_f32, dense_matmul,
-    dequantize_q4, dequantize_q8, expert_count, gated_delta_rule, generic, grouped_half_matmul, grouped_matmul, grouped_q4_matmul, grouped_q8_matmul, half_bits,
-    half_bits_f32, half_matmul, q4_matmul, q4_values, q8_matmul, q8_values, quantize_q4, quantize_q8, reference, unit_lower_inverse,
+    dequantize_q4, dequantize_q8, expert_count, gated_delta_rule, generic, grouped_half_float_matmul, grouped_half_matmul, grouped_matmul, grouped_q4_matmul, grouped_q8_matmul, half_bits,
+    half_bits_f32, half_float_matmul, half_floats, half_matmul, holds_half_floats, q4_matmul, q4_values, q8_matmul, q8_values, quantize_q4, quantize_q8, reference, unit_lower_inverse,
 };
 use half::{bf16, f16};
 
@@ -278,6 +278,31 @@ fn check_bf16_bits<B: Ops>(device: &B::Device) {
     }
 }
 
+/// Every finite value of each 16-bit float the device holds as a float tensor
+/// ([`holds_half_floats`]), stored in that dtype and cast to f32, equals `half`'s conversion.
+fn check_half_floats<B: Ops>(device: &B::Device) {
+    for half in [Half::F16, Half::Bf16].into_iter().filter(|&half| holds_half_floats::<B>(half, device)) {
+        let bits: Vec<u16> = (0..=u16::MAX).filter(|&b| half.is_finite(b)).collect();
+        let floats = half_floats::<B, 2>(bits.clone(), half, [bits.len() / 2, 2], device);
+        assert_eq!(floats.dtype(), half.dtype());
+        let decoded: Vec<f32> = floats.cast(burn::tensor::FloatDType::F32).into_data().convert::<f32>().to_vec().unwrap();
+        for (got, b) in decoded.iter().zip(&bits) {
+            let want = half.to_f32(*b);
+            assert_eq!(got.to_bits(), want.to_bits(), "{half:?} {b:#06x}: {got:e}, not {want:e}");
+        }
+    }
+}
+
+/// candle holds both 16-bit floats as float tensors, so the suites above test the floats forms
+/// (wgpu's f16 depends on the adapter).
+#[cfg(feature = "candle")]
+#[test]
+fn candle_holds_16_bit_floats() {
+    let device = Default::default();
+    assert!(holds_half_floats::<decider_ops::backend_list::Candle>(Half::F16, &device));
+    assert!(holds_half_floats::<decider_ops::backend_list::Candle>(Half::Bf16, &device));
+}
+
 /// `x [n, d_in]` (not rounded) times the 16-bit weight `bits [d_out, d_in]`, by plain loops in
 /// f64: `(out, Σ |terms|)`.
 fn naive_half_matmul(x: &[f32], n: usize, bits: &[u16], half: Half, d_out: usize, d_in: usize) -> (Vec<f64>, Vec<f64>) {
@@ -317,10 +342,17 @@ fn check_half_matmul<B: Ops>(device: &B::Device) {
             let (x, bits) = half_case(&mut rng, n, d_out, d_in, half);
             let (expected, magnitude) = naive_half_matmul(&x, n, &bits, half, d_out, d_in);
             let x_t = Tensor::<B, 2>::from_data(TensorData::new(x, [n, d_in]), device);
-            let bits_t = half_bits::<B, 2>(bits, [d_out, d_in], device);
+            let bits_t = half_bits::<B, 2>(bits.clone(), [d_out, d_in], device);
             let kernel = half_matmul(x_t.clone(), bits_t.clone(), half);
-            let generic = generic::half_matmul(x_t, bits_t, half);
-            for (name, out) in [("kernel", kernel), ("generic", generic)] {
+            let generic = generic::half_matmul(x_t.clone(), bits_t, half);
+            let mut forms = vec![("kernel", kernel), ("generic", generic)];
+            if holds_half_floats::<B>(half, device) {
+                let floats = half_floats::<B, 2>(bits, half, [d_out, d_in], device);
+                assert_eq!(floats.dtype(), half.dtype(), "{half:?} held as floats");
+                forms.push(("floats kernel", half_float_matmul(x_t.clone(), floats.clone())));
+                forms.push(("floats generic", generic::half_float_matmul(x_t, floats)));
+            }
+            for (name, out) in forms {
                 assert_eq!(out.dims(), [n, d_out], "{half:?} {name}, {n}x{d_out}x{d_in}");
                 let out: Vec<f32> = out.into_data().convert::<f32>().to_vec().unwrap();
                 check_outputs(&format!("{half:?} {name}, {n}x{d_out}x{d_in}"), &out, &expected, &magnitude);
@@ -344,11 +376,18 @@ fn check_grouped_half_matmul<B: Ops>(device: &B::Device) {
             let x: Vec<f32> = cases.iter().flat_map(|(x, _)| x.clone()).collect();
             let bits: Vec<u16> = cases.iter().flat_map(|(_, bits)| bits.clone()).collect();
             let x_t = Tensor::<B, 2>::from_data(TensorData::new(x, [rows, d_in]), device);
-            let bits_t = half_bits::<B, 3>(bits, [experts, d_out, d_in], device);
+            let bits_t = half_bits::<B, 3>(bits.clone(), [experts, d_out, d_in], device);
             let counts_t = counts_tensor::<B>(counts, device);
             let kernel = grouped_half_matmul(x_t.clone(), bits_t.clone(), counts_t.clone(), half);
-            let generic = generic::grouped_half_matmul::<B>(x_t.into_primitive().tensor(), bits_t.into_primitive(), counts_t.into_primitive(), half);
-            for (form, out) in [("kernel", kernel), ("generic", Tensor::from_primitive(TensorPrimitive::Float(generic)))] {
+            let generic = generic::grouped_half_matmul::<B>(x_t.clone().into_primitive().tensor(), bits_t.into_primitive(), counts_t.clone().into_primitive(), half);
+            let mut forms = vec![("kernel", kernel), ("generic", Tensor::from_primitive(TensorPrimitive::Float(generic)))];
+            if holds_half_floats::<B>(half, device) {
+                let floats = half_floats::<B, 3>(bits, half, [experts, d_out, d_in], device);
+                forms.push(("floats kernel", grouped_half_float_matmul(x_t.clone(), floats.clone(), counts_t.clone())));
+                let generic = generic::grouped_half_float_matmul::<B>(x_t.into_primitive().tensor(), floats.into_primitive().tensor(), counts_t.into_primitive());
+                forms.push(("floats generic", Tensor::from_primitive(TensorPrimitive::Float(generic))));
+            }
+            for (form, out) in forms {
                 assert_eq!(out.dims(), [rows, d_out], "{half:?} {form}, {name}");
                 check_outputs(&format!("{half:?} {form}, {name}"), &out.into_data().convert::<f32>().to_vec::<f32>().unwrap(), &expected, &magnitude);
             }
@@ -919,6 +958,11 @@ macro_rules! backend_suite {
         #[test]
         fn bf16_patterns_read_back_as_their_values() {
             check_bf16_bits::<B>(&Default::default());
+        }
+
+        #[test]
+        fn half_floats_read_back_as_their_values() {
+            check_half_floats::<B>(&Default::default());
         }
 
         #[test]

@@ -16,8 +16,11 @@ use std::path::Path;
 use std::str::FromStr;
 
 use burn::module::{Module, Param, ParamId};
-use burn::tensor::{Int, Tensor, backend::Backend};
-use decider_ops::{ActivationPlanes, Half, HalfMatmul, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, grouped_half_matmul, grouped_q4_matmul, grouped_q8_matmul, half_matmul, q4_matmul, q8_matmul};
+use burn::tensor::{FloatDType, Int, Tensor, backend::Backend};
+use decider_ops::{
+    ActivationPlanes, Half, HalfMatmul, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, grouped_half_float_matmul, grouped_half_matmul, grouped_q4_matmul, grouped_q8_matmul,
+    half_bits_f32, half_float_matmul, half_matmul, holds_half_floats, q4_matmul, q8_matmul,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::Checkpoint;
@@ -256,31 +259,75 @@ impl<B: Q4Matmul> Q4Weight<B, 3> {
 
 /// Weights `[out, in]` in 16-bit floats, as a checkpoint stores them: one projection's (`D =
 /// 2`) or the experts' stack (`D = 3`). Which 16-bit float is the format variant that holds it
-/// (`F16` or `Bf16`).
+/// (`F16` or `Bf16`); how it is held is the device's ([`decider_ops::holds_half_floats`]).
 #[derive(Module, Debug)]
-pub struct HalfWeight<B: Backend, const D: usize> {
-    /// `[..., out, in]` 16-bit patterns (`decider_ops::half_bits`).
-    pub bits: Param<Tensor<B, D, Int>>,
+pub enum HalfWeight<B: Backend, const D: usize> {
+    /// A float tensor of the 16-bit dtype (`decider_ops::half_floats`): 2 bytes a weight.
+    Floats(Param<Tensor<B, D>>),
+    /// The 16-bit patterns in an int tensor (`decider_ops::half_bits`), where the device has no
+    /// float tensor of this type.
+    Bits(Param<Tensor<B, D, Int>>),
 }
 
 impl<B: Backend, const D: usize> HalfWeight<B, D> {
-    /// Lazy zero weights of shape `[..., out, in]`, to be filled from a checkpoint.
-    pub fn init(shape: [usize; D], device: &B::Device) -> Self {
-        HalfWeight { bits: lazy_int_param(shape, device) }
+    /// Lazy zero weights of shape `[..., out, in]` in `half`, to be filled from a checkpoint.
+    pub fn init(shape: [usize; D], half: Half, device: &B::Device) -> Self {
+        match holds_half_floats::<B>(half, device) {
+            true => HalfWeight::Floats(Param::uninitialized(
+                ParamId::new(),
+                move |device, _| Tensor::zeros(shape, (device, half.dtype())),
+                device.clone(),
+                false,
+                shape.into(),
+            )),
+            false => HalfWeight::Bits(lazy_int_param(shape, device)),
+        }
+    }
+
+    /// The weight's shape `[..., out, in]`.
+    pub fn dims(&self) -> [usize; D] {
+        match self {
+            HalfWeight::Floats(weight) => weight.lazy_shape().dims(),
+            HalfWeight::Bits(bits) => bits.lazy_shape().dims(),
+        }
     }
 }
 
 impl<B: HalfMatmul> HalfWeight<B, 2> {
     /// `x [n, in] · Wᵀ -> [n, out]`.
     pub fn matmul(&self, x: Tensor<B, 2>, half: Half) -> Tensor<B, 2> {
-        half_matmul(x, self.bits.val(), half)
+        match self {
+            HalfWeight::Floats(weight) => half_float_matmul(x, weight.val()),
+            HalfWeight::Bits(bits) => half_matmul(x, bits.val(), half),
+        }
+    }
+}
+
+impl<B: Backend> HalfWeight<B, 2> {
+    /// Rows `index [n]` in f32: `[n, in]`.
+    pub fn rows(&self, index: Tensor<B, 1, Int>, half: Half) -> Tensor<B, 2> {
+        match self {
+            HalfWeight::Floats(weight) => weight.val().select(0, index).cast(FloatDType::F32),
+            HalfWeight::Bits(bits) => half_bits_f32(bits.val().select(0, index), half),
+        }
+    }
+
+    /// Rows `start..start + count` in f32.
+    pub fn row_range(&self, start: usize, count: usize, half: Half) -> Tensor<B, 2> {
+        match self {
+            HalfWeight::Floats(weight) => weight.val().narrow(0, start, count).cast(FloatDType::F32),
+            HalfWeight::Bits(bits) => half_bits_f32(bits.val().narrow(0, start, count), half),
+        }
     }
 }
 
 impl<B: HalfMatmul> HalfWeight<B, 3> {
     /// As [`Q8Weight::grouped_matmul`].
     pub fn grouped_matmul(&self, x: Tensor<B, 2>, counts: Tensor<B, 1, Int>, half: Half) -> Tensor<B, 2> {
-        grouped_half_matmul(x, self.bits.val(), counts, half)
+        match self {
+            HalfWeight::Floats(weight) => grouped_half_float_matmul(x, weight.val(), counts),
+            HalfWeight::Bits(bits) => grouped_half_matmul(x, bits.val(), counts, half),
+        }
     }
 }
 

@@ -73,14 +73,19 @@ impl<B: FormatOps> Qwen35Model<B> {
                 self.1.pop();
             }
             fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-                self.0 += param.lazy_shape().num_elements() * size_of::<B::FloatElem>();
+                let bytes = match self.1.last().map(|(field, owner)| stored(owner, field)) {
+                    // A 16-bit weight held as a float tensor of its dtype.
+                    Some(Stored::Half) => size_of::<u16>(),
+                    _ => size_of::<B::FloatElem>(),
+                };
+                self.0 += param.lazy_shape().num_elements() * bytes;
             }
             fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<B, D, Int>>) {
                 // The only int parameters are blocks and 16-bit patterns (held as the scales are).
                 let dtype = match self.1.last().map(|(field, owner)| stored(owner, field)) {
                     Some(Stored::Q8Values { .. }) => B::q8_values_dtype(),
                     Some(Stored::Q4Values) => B::q4_values_dtype(),
-                    Some(Stored::BlockScales | Stored::HalfBits) => B::block_scales_dtype(),
+                    Some(Stored::BlockScales | Stored::Half) => B::block_scales_dtype(),
                     other => unreachable!("an int parameter held as {other:?}"),
                 };
                 self.0 += param.lazy_shape().num_elements() * dtype.size();

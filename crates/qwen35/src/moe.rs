@@ -104,8 +104,8 @@ impl SparseMoeConfig {
                     gate_up_proj: Q4Weight::init([e, 2 * i, h], device),
                     down_proj: Q4Weight::init([e, h, i], device),
                 }),
-                WeightFormat::F16 => Experts::F16(half_experts(e, h, i, device)),
-                WeightFormat::Bf16 => Experts::Bf16(half_experts(e, h, i, device)),
+                WeightFormat::F16 => Experts::F16(half_experts(e, h, i, Half::F16, device)),
+                WeightFormat::Bf16 => Experts::Bf16(half_experts(e, h, i, Half::Bf16, device)),
             },
             shared_expert: MlpConfig::new(h, self.shared_expert_intermediate_size).with_weights(self.weights).init(device),
             shared_expert_gate: linear(h, 1),
@@ -114,9 +114,9 @@ impl SparseMoeConfig {
     }
 }
 
-/// Lazy 16-bit experts: `e` experts of SwiGLU width `i` on `h`.
-fn half_experts<B: Backend>(e: usize, h: usize, i: usize, device: &B::Device) -> HalfExperts<B> {
-    HalfExperts { gate_up_proj: HalfWeight::init([e, 2 * i, h], device), down_proj: HalfWeight::init([e, h, i], device) }
+/// Lazy 16-bit experts in `half`: `e` experts of SwiGLU width `i` on `h`.
+fn half_experts<B: Backend>(e: usize, h: usize, i: usize, half: Half, device: &B::Device) -> HalfExperts<B> {
+    HalfExperts { gate_up_proj: HalfWeight::init([e, 2 * i, h], half, device), down_proj: HalfWeight::init([e, h, i], half, device) }
 }
 
 impl<B: ExpertCount + ProjectionOps> SparseMoe<B> {
@@ -181,7 +181,7 @@ impl<B: Backend> Experts<B> {
                 (e, i)
             }
             Experts::F16(experts) | Experts::Bf16(experts) => {
-                let [e, _, i] = experts.down_proj.bits.lazy_shape().dims::<3>();
+                let [e, _, i] = experts.down_proj.dims();
                 (e, i)
             }
         }

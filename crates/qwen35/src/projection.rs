@@ -37,8 +37,8 @@ impl ProjectionConfig {
             WeightFormat::F32 => Projection::Float(LinearConfig::new(self.d_input, self.d_output).with_bias(false).init(device)),
             WeightFormat::Q8 => Projection::Q8(Q8Weight::init([self.d_output, self.d_input], self.input, device)),
             WeightFormat::Q4 => Projection::Q4(Q4Weight::init([self.d_output, self.d_input], device)),
-            WeightFormat::F16 => Projection::F16(HalfWeight::init([self.d_output, self.d_input], device)),
-            WeightFormat::Bf16 => Projection::Bf16(HalfWeight::init([self.d_output, self.d_input], device)),
+            WeightFormat::F16 => Projection::F16(HalfWeight::init([self.d_output, self.d_input], Half::F16, device)),
+            WeightFormat::Bf16 => Projection::Bf16(HalfWeight::init([self.d_output, self.d_input], Half::Bf16, device)),
         }
     }
 }
@@ -82,7 +82,7 @@ impl<B: Backend> Projection<B> {
                 [d_in, out]
             }
             Projection::F16(weight) | Projection::Bf16(weight) => {
-                let [out, d_in] = weight.bits.lazy_shape().dims::<2>();
+                let [out, d_in] = weight.dims();
                 [d_in, out]
             }
         }

@@ -10,7 +10,7 @@ use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::{Embedding, EmbeddingConfig};
 use burn::tensor::{Int, Tensor, backend::Backend};
-use decider_ops::{Half, Q8_BLOCK, block_scales_f32, half_bits_f32};
+use decider_ops::{Half, Q8_BLOCK, block_scales_f32};
 
 use crate::format::{HalfWeight, WeightFormat, lazy_q8_params};
 
@@ -27,7 +27,7 @@ pub struct TokenTableConfig {
 }
 
 /// The table in f32 (burn's `Embedding`, `weight [vocab, hidden]`), in Q8_0 blocks, or in 16-bit
-/// floats (`[vocab, hidden]` patterns: rows, like a projection's weight `[out, in]`).
+/// floats (`[vocab, hidden]`: rows, like a projection's weight `[out, in]`).
 #[derive(Module, Debug)]
 pub enum TokenTable<B: Backend> {
     Float(Embedding<B>),
@@ -55,8 +55,8 @@ impl TokenTableConfig {
                 let (values, scales) = lazy_q8_params([self.vocab_size, self.hidden_size], device);
                 TokenTable::Q8(Q8Rows { values, scales })
             }
-            WeightFormat::F16 => TokenTable::F16(HalfWeight::init([self.vocab_size, self.hidden_size], device)),
-            WeightFormat::Bf16 => TokenTable::Bf16(HalfWeight::init([self.vocab_size, self.hidden_size], device)),
+            WeightFormat::F16 => TokenTable::F16(HalfWeight::init([self.vocab_size, self.hidden_size], Half::F16, device)),
+            WeightFormat::Bf16 => TokenTable::Bf16(HalfWeight::init([self.vocab_size, self.hidden_size], Half::Bf16, device)),
         }
     }
 }
@@ -67,7 +67,7 @@ impl<B: Backend> TokenTable<B> {
         match self {
             TokenTable::Float(embedding) => embedding.weight.lazy_shape().dims(),
             TokenTable::Q8(rows) => rows.values.lazy_shape().dims(),
-            TokenTable::F16(rows) | TokenTable::Bf16(rows) => rows.bits.lazy_shape().dims(),
+            TokenTable::F16(rows) | TokenTable::Bf16(rows) => rows.dims(),
         }
     }
 
@@ -94,8 +94,8 @@ impl<B: Backend> TokenTable<B> {
                 let values = rows.values.val().select(0, index.clone()).float();
                 dequantize(values, rows.scales.val().select(0, index))
             }
-            TokenTable::F16(rows) => half_bits_f32(rows.bits.val().select(0, index), Half::F16),
-            TokenTable::Bf16(rows) => half_bits_f32(rows.bits.val().select(0, index), Half::Bf16),
+            TokenTable::F16(rows) => rows.rows(index, Half::F16),
+            TokenTable::Bf16(rows) => rows.rows(index, Half::Bf16),
         }
     }
 
@@ -121,8 +121,8 @@ impl<B: Backend> TokenTable<B> {
         match self {
             TokenTable::Float(embedding) => embedding.weight.val().narrow(0, start, count),
             TokenTable::Q8(rows) => dequantize(rows.values.val().narrow(0, start, count).float(), rows.scales.val().narrow(0, start, count)),
-            TokenTable::F16(rows) => half_bits_f32(rows.bits.val().narrow(0, start, count), Half::F16),
-            TokenTable::Bf16(rows) => half_bits_f32(rows.bits.val().narrow(0, start, count), Half::Bf16),
+            TokenTable::F16(rows) => rows.row_range(start, count, Half::F16),
+            TokenTable::Bf16(rows) => rows.row_range(start, count, Half::Bf16),
         }
     }
 }

@@ -24,7 +24,7 @@ use std::path::Path;
 
 use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
-use decider_ops::{Half, block_scales, half_bits, q4_values, q8_rows, q8_values};
+use decider_ops::{Half, block_scales, half_bits, half_floats, q4_values, q8_rows, q8_values};
 use half::f16;
 use rayon::prelude::*;
 
@@ -75,13 +75,14 @@ pub enum Stored {
     Q4Values,
     /// The block scales that go with the values read just before.
     BlockScales,
-    /// The 16-bit patterns of the weight of its module, in the checkpoint's orientation
-    /// (`HalfWeight`); which 16-bit float is the format variant above it.
-    HalfBits,
+    /// The weight of its module in 16-bit floats, in the checkpoint's orientation (`HalfWeight`),
+    /// as a float tensor of that dtype or as its patterns in an int tensor; which 16-bit float is
+    /// the format variant above it.
+    Half,
 }
 
 /// `(owning module type, field, how it is held)`; fields not listed are stored as they are.
-pub const STORED: [(&str, &str, Stored); 11] = [
+pub const STORED: [(&str, &str, Stored); 12] = [
     ("Struct:Linear", "weight", Stored::Transposed { of_module: true }),
     ("Struct:FloatExperts", "gate_up_proj", Stored::Transposed { of_module: false }),
     ("Struct:FloatExperts", "down_proj", Stored::Transposed { of_module: false }),
@@ -91,7 +92,8 @@ pub const STORED: [(&str, &str, Stored); 11] = [
     ("Struct:Q4Weight", "scales", Stored::BlockScales),
     ("Struct:Q8Rows", "values", Stored::Q8Values { kernel_layout: false }),
     ("Struct:Q8Rows", "scales", Stored::BlockScales),
-    ("Struct:HalfWeight", "bits", Stored::HalfBits),
+    ("Enum:HalfWeight", "Floats", Stored::Half),
+    ("Enum:HalfWeight", "Bits", Stored::Half),
     ("Struct:GatedDeltaNet", "conv1d", Stored::Conv1dKernel),
 ];
 
@@ -244,8 +246,21 @@ impl<'a, B: FormatOps> CheckpointFiller<'a, B> {
                     None => Ok(transpose_last2(&weight, batch, d_out, d_in)),
                 }
             }
-            Stored::Q8Values { .. } | Stored::Q4Values | Stored::BlockScales | Stored::HalfBits => unreachable!("blocks and 16-bit patterns are ints"),
+            Stored::Q8Values { .. } | Stored::Q4Values | Stored::BlockScales | Stored::Half => {
+                unreachable!("blocks are ints, and 16-bit floats are not read as f32")
+            }
         }
+    }
+
+    /// The 16-bit values of the weight at the current path (`HalfWeight`, of `shape [..., out,
+    /// in]`), in the format variant's 16-bit float.
+    fn half_values(&mut self, shape: &[usize]) -> Result<HalfValues, LoadError> {
+        let (batch, d_out, d_in) = stack_dims(shape);
+        let read: Reader<HalfValues> = match half_of(&self.path) {
+            Half::F16 => Checkpoint::read_f16,
+            Half::Bf16 => Checkpoint::read_bf16,
+        };
+        self.read_weight(&self.checkpoint_name(true), [batch, d_out, d_in], read)
     }
 
     /// The scales of the block values read just before, for the module at the current path.
@@ -285,12 +300,18 @@ impl<B: FormatOps> ModuleMapper<B> for CheckpointFiller<'_, B> {
             return param;
         }
         let shape = param.lazy_shape().dims::<D>();
-        match self.float_values(&shape) {
-            Ok(_) if self.writer.is_some() => param,
-            Ok(values) => {
+        // A writer has written the tensor as it was read: the parameter stays unfilled.
+        let fill = self.writer.is_none();
+        let tensor = match self.stored() {
+            Stored::Half => self.half_values(&shape).map(|values| fill.then(|| half_floats(values.bits, values.half, shape, self.device))),
+            _ => self.float_values(&shape).map(|values| fill.then(|| Tensor::from_data(TensorData::new(values, shape), self.device))),
+        };
+        match tensor {
+            Ok(None) => param,
+            Ok(Some(tensor)) => {
                 let id = param.id;
                 // Keeps the parameter's device and autodiff setting.
-                param.transform_for_load(Tensor::from_data(TensorData::new(values, shape), self.device), id)
+                param.transform_for_load(tensor, id)
             }
             Err(error) => {
                 self.error = Some(error);
@@ -334,13 +355,8 @@ impl<B: FormatOps> ModuleMapper<B> for CheckpointFiller<'_, B> {
                 _ if self.writer.is_some() => return param,
                 scales => block_scales(scales, shape, self.device),
             },
-            Stored::HalfBits => {
-                let (batch, d_out, d_in) = stack_dims(&shape);
-                let read: Reader<HalfValues> = match half_of(&self.path) {
-                    Half::F16 => Checkpoint::read_f16,
-                    Half::Bf16 => Checkpoint::read_bf16,
-                };
-                match self.read_weight(&self.checkpoint_name(true), [batch, d_out, d_in], read) {
+            Stored::Half => {
+                match self.half_values(&shape) {
                     Ok(_) if self.writer.is_some() => return param,
                     Ok(values) => half_bits(values.bits, shape, self.device),
                     Err(error) => {
@@ -402,14 +418,14 @@ pub fn stored(owner: &str, field: &str) -> Stored {
 /// owners' types, innermost last) is in.
 ///
 /// # Panics
-/// If the path is under neither: only a `HalfWeight` holds 16-bit patterns.
+/// If the path is under neither: only a `HalfWeight` holds 16-bit floats.
 pub fn half_of(path: &[(String, String)]) -> Half {
     let variant = path.iter().rev().find_map(|(name, _)| match name.as_str() {
         "F16" => Some(Half::F16),
         "Bf16" => Some(Half::Bf16),
         _ => None,
     });
-    variant.expect("16-bit patterns are held under an F16 or Bf16 variant")
+    variant.expect("16-bit floats are held under an F16 or Bf16 variant")
 }
 
 /// `(weights, rows, cols)` of a weight `[rows, cols]` (one weight) or a stack of them
