@@ -60,9 +60,10 @@ fn a_quantized_folder_loads_as_quantizing_at_load() {
                 let packed_in = if format == WeightFormat::Q4 { d_in / 2 } else { d_in };
                 assert_eq!(checkpoint.shape(q_proj), Some(&[out, packed_in][..]), "{label}");
                 assert!(!checkpoint.names().any(|name| name.ends_with("embed_tokens.weight")), "{label}: no float copy of a quantized weight");
-                // `auto` loads the folder in its format, the source in f32.
-                assert_eq!(WeightChoice::Auto.for_folder(folder.path()).unwrap(), format, "{label}");
-                assert_eq!(WeightChoice::Auto.for_folder(&source).unwrap(), WeightFormat::F32, "{label}");
+                // `auto` loads the folder in its format, and the source (its matrices all bf16)
+                // in bf16: ndarray holds a bf16 weight in 2 bytes.
+                assert_eq!(WeightChoice::Auto.for_folder::<B>(folder.path(), &device).unwrap(), format, "{label}");
+                assert_eq!(WeightChoice::Auto.for_folder::<B>(&source, &device).unwrap(), WeightFormat::Bf16, "{label}");
                 // The same blocks: the logits of both loads are equal bit for bit.
                 let logits = |dir: &Path| load(dir, format).forward(ids.clone()).into_data().to_vec::<f32>().unwrap();
                 assert_eq!(logits(folder.path()), logits(&source), "{label}");

@@ -29,7 +29,8 @@ use qwen35::format::{Q4Weight, Q8Weight};
 use qwen35::moe::{Experts, SparseMoeConfig};
 use qwen35::projection::Projection;
 use qwen35::token_table::TokenTable;
-use qwen35::{Qwen35Model, Qwen35Ops, WeightFormat};
+use qwen35::checkpoint::Checkpoint;
+use qwen35::{Qwen35Model, Qwen35Ops, WeightChoice, WeightFormat};
 use safetensors::Dtype;
 
 const TOLERANCE: f32 = 1e-4;
@@ -356,6 +357,46 @@ fn check_half_model<B: Qwen35Ops>(model_name: &str, layout: &str, format: Weight
     relative_check(&format!("{folder} {format} logits"), &values(half.forward(ids.clone())), &values(float.forward(ids)), TOLERANCE);
 }
 
+/// `auto` loads a checkpoint whose matrices are all bf16 (or all f16) in that format where the
+/// backend holds it in 2 bytes a weight, else in f32; one f32 matrix makes it f32 (a 16-bit load
+/// would round it).
+fn check_auto<B: Qwen35Ops>() {
+    let device = Default::default();
+    for layout in LAYOUTS {
+        let folder = format!("dense/{layout}");
+        // The fixture's matrices are bf16; `retyped` stores them in f16 (its values are within
+        // f16's range), or one of them in f32.
+        let retyped = |retype: &dyn Fn(&str, Vec<u8>) -> Option<(Dtype, Vec<u8>)>| {
+            let dir = fixture_copy(&folder);
+            for shard in std::fs::read_dir(dir.path()).unwrap().map(|entry| entry.unwrap().path()) {
+                if shard.extension().is_some_and(|ext| ext == "safetensors") {
+                    rewrite_tensors(&shard, |name, dtype, shape, data| match dtype {
+                        Dtype::BF16 => retype(name, data.clone()).map_or(Some((dtype, shape.clone(), data)), |(dtype, data)| Some((dtype, shape, data))),
+                        _ => Some((dtype, shape, data)),
+                    });
+                }
+            }
+            dir
+        };
+        let bf16_values = |data: &[u8]| data.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect::<Vec<f32>>();
+        let f16 = retyped(&|_, data| Some((Dtype::F16, bf16_values(&data).iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect())));
+        for (dir, half) in [(fixture_copy(&folder), Half::Bf16), (f16, Half::F16)] {
+            let expected = match WeightFormat::half_bytes::<B>(half, &device) {
+                2 => WeightFormat::of_half(half),
+                _ => WeightFormat::F32,
+            };
+            assert_eq!(Checkpoint::open_dir(dir.path()).unwrap().matrices_half(), Some(half), "{folder} in {half:?}");
+            assert_eq!(WeightChoice::Auto.for_folder::<B>(dir.path(), &device).unwrap(), expected, "{folder} in {half:?}");
+        }
+        let one_f32 = retyped(&|name, data| {
+            let f32_bytes = bf16_values(&data).iter().flat_map(|v| v.to_le_bytes()).collect();
+            name.ends_with("layers.0.mlp.up_proj.weight").then_some((Dtype::F32, f32_bytes))
+        });
+        assert_eq!(Checkpoint::open_dir(one_f32.path()).unwrap().matrices_half(), None, "{folder} with an f32 matrix");
+        assert_eq!(WeightChoice::Auto.for_folder::<B>(one_f32.path(), &device).unwrap(), WeightFormat::F32, "{folder} with an f32 matrix");
+    }
+}
+
 /// Counts a model's float parameters in `dtype` and its int parameters.
 struct HeldAs {
     dtype: DType,
@@ -395,6 +436,11 @@ macro_rules! weight_formats {
                         check_model::<B>(model, layout, WeightFormat::Q4);
                     }
                 }
+            }
+
+            #[test]
+            fn auto_holds_a_16_bit_checkpoint_in_its_own_type_where_it_takes_2_bytes() {
+                check_auto::<B>();
             }
 
             #[test]

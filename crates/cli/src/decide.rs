@@ -70,7 +70,7 @@ impl GenericTask for &DecideArgs {
     fn run<B: Qwen35Ops>(self, device: &B::Device) -> anyhow::Result<()> {
         let request = self.request()?;
         let start = Instant::now();
-        let decider = self.model.load::<B>(self.weights.format_for(&self.model)?, device)?;
+        let decider = self.model.load::<B>(self.weights.format_for::<B>(&self.model, device)?, device)?;
         let loaded = start.elapsed();
         let start = Instant::now();
         // The library's prompt path, as `decider prompt` prints by default.

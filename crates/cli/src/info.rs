@@ -20,7 +20,7 @@ pub struct InfoArgs {
 
 impl GenericTask for &InfoArgs {
     fn run<B: Qwen35Ops>(self, device: &B::Device) -> anyhow::Result<()> {
-        let weights = self.weights.format_for(&self.model)?;
+        let weights = self.weights.format_for::<B>(&self.model, device)?;
         let decider = self.model.load::<B>(weights, device)?;
         let model = decider.model();
         let config = &decider.prompter().config;

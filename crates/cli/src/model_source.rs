@@ -18,17 +18,18 @@ pub struct WeightsArg {
     /// Weight format of the projections, experts and token tables: f32 (exact), bf16 (exact
     /// for a bf16 checkpoint, half the memory), f16, q8 (8-bit blocks of 32, llama.cpp's Q8_0),
     /// q4 (4-bit blocks of 32, llama.cpp's Q4_0 layout; token tables 8-bit), or auto (the
-    /// format a `decider quantize`d folder is stored in, else f32).
+    /// format a `decider quantize`d folder is stored in; else a bf16 or f16 checkpoint's own
+    /// type where the backend holds it in 2 bytes; else f32).
     #[arg(long = "weights", default_value_t = WeightChoice::Auto)]
     pub choice: WeightChoice,
 }
 
 impl WeightsArg {
-    /// The format to load `model` in (`auto` reads a folder's shards).
-    pub fn format_for(&self, model: &ModelSource) -> anyhow::Result<WeightFormat> {
+    /// The format to load `model` in on `device` (`auto` reads a folder's shards).
+    pub fn format_for<B: Qwen35Ops>(&self, model: &ModelSource, device: &B::Device) -> anyhow::Result<WeightFormat> {
         Ok(match model.weights()? {
             // A folder whose weights cannot be read gets f32: loading it then says what is wrong.
-            Weights::Folder(dir) => self.choice.for_folder(&dir).unwrap_or(WeightFormat::F32),
+            Weights::Folder(dir) => self.choice.for_folder::<B>(&dir, device).unwrap_or(WeightFormat::F32),
             Weights::Random(_) => self.choice.without_folder(),
         })
     }

@@ -134,6 +134,20 @@ impl Checkpoint {
         self.format
     }
 
+    /// The 16-bit float every matrix (every tensor of two or more dimensions) is stored in, if
+    /// they all are in the same one: then a load in that format holds exactly the checkpoint's
+    /// weights (the vectors, norms and `A_log`, are f32 in every format).
+    pub fn matrices_half(&self) -> Option<Half> {
+        let mut dtypes = self.tensors.values().filter(|(_, info)| info.shape.len() >= 2).map(|(_, info)| info.dtype);
+        let first = dtypes.next()?;
+        let half = match first {
+            Dtype::F16 => Half::F16,
+            Dtype::BF16 => Half::Bf16,
+            _ => return None,
+        };
+        dtypes.all(|other| other == first).then_some(half)
+    }
+
     /// Whether the checkpoint has a tensor of this name.
     pub fn contains(&self, name: &str) -> bool {
         self.tensors.contains_key(name)

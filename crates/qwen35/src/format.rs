@@ -61,6 +61,14 @@ impl WeightFormat {
         }
     }
 
+    /// The bytes a weight of `half` takes on `device`: 2 as a float tensor of that dtype
+    /// (`decider_ops::holds_half_floats`), else the size of the int its pattern is held in.
+    pub fn half_bytes<B: FormatOps>(half: Half, device: &B::Device) -> usize {
+        match holds_half_floats::<B>(half, device) {
+            true => 2,
+            false => B::block_scales_dtype().size(),
+        }
+    }
 
     /// The format a weight with `d_input` input values gets: block formats need whole blocks.
     pub fn for_input_width(self, d_input: usize) -> WeightFormat {
@@ -93,20 +101,28 @@ impl FromStr for WeightFormat {
 /// The weight format asked for at load: one format, or `auto`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WeightChoice {
-    /// The format a model folder's weights are stored in where it names one (a `decider
-    /// quantize`d folder), else f32: the one format every backend computes at full accuracy.
+    /// The best format that holds a model folder's weights exactly: the format a `decider
+    /// quantize`d folder is stored in; else the 16-bit float a checkpoint's matrices are all
+    /// stored in (the released checkpoints: bf16), where the backend holds it in 2 bytes a
+    /// weight ([`WeightFormat::half_bytes`]; not bf16 on wgpu); else f32. As transformers'
+    /// `torch_dtype="auto"`: the checkpoint's own precision, in half f32's memory.
     #[default]
     Auto,
     Exactly(WeightFormat),
 }
 
 impl WeightChoice {
-    /// The format to load the model folder `dir` in.
-    pub fn for_folder(self, dir: &Path) -> Result<WeightFormat, LoadError> {
-        match self {
-            WeightChoice::Exactly(format) => Ok(format),
-            WeightChoice::Auto => Ok(Checkpoint::open_dir(dir)?.stored_format().unwrap_or(WeightFormat::F32)),
+    /// The format to load the model folder `dir` in on `device`.
+    pub fn for_folder<B: FormatOps>(self, dir: &Path, device: &B::Device) -> Result<WeightFormat, LoadError> {
+        let WeightChoice::Auto = self else {
+            return Ok(self.without_folder());
+        };
+        let checkpoint = Checkpoint::open_dir(dir)?;
+        if let Some(format) = checkpoint.stored_format() {
+            return Ok(format);
         }
+        let half = checkpoint.matrices_half().filter(|&half| WeightFormat::half_bytes::<B>(half, device) == 2);
+        Ok(half.map_or(WeightFormat::F32, WeightFormat::of_half))
     }
 
     /// The format of a model built without a folder (random weights).
