@@ -99,7 +99,7 @@ pub fn q8_matmul<B: Backend>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales:
         return Tensor::zeros([0, out], &x.device());
     }
     let blocks = d_in / crate::Q8_BLOCK;
-    let weight = values.float().reshape([out, blocks, crate::Q8_BLOCK]) * crate::block_scales_f32(scales).reshape([out, blocks, 1]);
+    let weight = crate::q8_values_f32(values).reshape([out, blocks, crate::Q8_BLOCK]) * crate::block_scales_f32(scales).reshape([out, blocks, 1]);
     round_activations(x, planes).matmul(weight.reshape([out, d_in]).transpose())
 }
 

@@ -23,6 +23,6 @@ pub use half_matmul::{
 pub use q4_matmul::{Q4_ACTIVATION_PLANES, Q4_BLOCK, Q4Matmul, dequantize_q4, grouped_q4_matmul, q4_matmul, q4_values, quantize_q4, quantize_q4_block};
 pub use q8_matmul::{
     ActivationPlanes, Q8_BLOCK, Q8Matmul, block_scales, block_scales_f32, dequantize_q8, grouped_q8_matmul, q8_matmul, q8_rows, q8_values,
-    quantize_q8, quantize_q8_block, round_activations,
+    q8_values_f32, quantize_q8, quantize_q8_block, round_activations,
 };
 pub use unit_lower_inverse::{UnitLowerInverse, unit_lower_inverse};

@@ -53,8 +53,9 @@ impl ActivationPlanes {
 /// `x · Wᵀ` with `W` in Q8_0 blocks.
 pub trait Q8Matmul: Backend {
     /// The int dtype the values are held in: the backend's own int dtype, unless the backend
-    /// names a smaller one it stores and computes correctly (ndarray: i8; wgpu 0.21 accepts i8
-    /// tensors but reads them wrongly, candle has none).
+    /// names a smaller one it stores and computes correctly (ndarray: i8; candle, which has no
+    /// i8 tensors: u8, holding each value plus 128; wgpu 0.21 accepts i8 tensors but reads them
+    /// wrongly). [`q8_rows`] encodes the values for it and [`q8_values_f32`] reads them back.
     fn q8_values_dtype() -> DType {
         <Self::IntElem as Element>::dtype()
     }
@@ -140,7 +141,22 @@ pub fn q8_values<B: Q8Matmul, const D: usize>(values: Vec<i8>, shape: impl Into<
 /// in row order: for a matrix read a row at a time by index (a token table), not by
 /// [`q8_matmul`].
 pub fn q8_rows<B: Q8Matmul, const D: usize>(values: Vec<i8>, shape: impl Into<Shape>, device: &B::Device) -> Tensor<B, D, Int> {
-    Tensor::from_data(TensorData::new(values, shape), (device, B::q8_values_dtype()))
+    let data = match B::q8_values_dtype() {
+        DType::U8 => TensorData::new(values.into_iter().map(|v| (i16::from(v) + U8_OFFSET as i16) as u8).collect(), shape),
+        _ => TensorData::new(values, shape),
+    };
+    Tensor::from_data(data, (device, B::q8_values_dtype()))
+}
+
+/// What a u8 tensor of Q8_0 values holds on top of each value (they are in `-127..=127`).
+const U8_OFFSET: u8 = 128;
+
+/// The values of a Q8_0 values tensor ([`q8_rows`], [`q8_values`]) as floats, exactly.
+pub fn q8_values_f32<B: Backend, const D: usize>(values: Tensor<B, D, Int>) -> Tensor<B, D> {
+    match values.dtype() {
+        DType::U8 => values.float().sub_scalar(f32::from(U8_OFFSET)),
+        _ => values.float(),
+    }
 }
 
 /// Q8_0 scales `[..., rows, cols / 32]` as a tensor of the backend's

@@ -6,7 +6,7 @@ use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
 use decider_ops::{
     DenseMatmul, ExpertCount, GatedDeltaRule, Half, HalfMatmul, ActivationPlanes, Q4_ACTIVATION_PLANES, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, UnitLowerInverse, block_scales, block_scales_f32, dense_matmul,
     dequantize_q4, dequantize_q8, expert_count, gated_delta_rule, generic, grouped_half_float_matmul, grouped_half_matmul, grouped_matmul, grouped_q4_matmul, grouped_q8_matmul, half_bits,
-    half_bits_f32, half_float_matmul, half_floats, half_matmul, holds_half_floats, q4_matmul, q4_values, q8_matmul, q8_values, quantize_q4, quantize_q8, reference, unit_lower_inverse,
+    half_bits_f32, half_float_matmul, half_floats, half_matmul, holds_half_floats, q4_matmul, q4_values, q8_matmul, q8_rows, q8_values, q8_values_f32, quantize_q4, quantize_q8, reference, unit_lower_inverse,
 };
 use half::{bf16, f16};
 
@@ -265,6 +265,14 @@ fn check_block_scales<B: Ops>(device: &B::Device) {
     }
 }
 
+/// Every Q8_0 value, stored in the backend's values dtype (u8 with an offset on candle) and read
+/// back as a float, is itself.
+fn check_q8_values<B: Ops>(device: &B::Device) {
+    let values: Vec<i8> = (-127..=127).chain([0, 127, -127]).collect();
+    let read: Vec<f32> = q8_values_f32(q8_rows::<B, 2>(values.clone(), [values.len() / 2, 2], device)).into_data().convert::<f32>().to_vec().unwrap();
+    assert_eq!(read, values.iter().map(|&v| f32::from(v)).collect::<Vec<_>>());
+}
+
 /// Every finite bf16 (subnormals, both zeros and the largest of each sign included), stored in
 /// the backend's dtype for 16-bit patterns and read back as f32, equals `half`'s conversion.
 /// (Every finite f16 is checked through [`check_block_scales`].)
@@ -432,7 +440,7 @@ fn check_q8_matmul<B: Ops>(device: &B::Device) {
         let scales_t = block_scales::<B, 2>(scales.clone(), [d_out, d_in / Q8_BLOCK], device);
         // The kernel reads the values in its layout; the generic form as they are.
         let laid_out = q8_values::<B, 2>(values.clone(), [d_out, d_in], device);
-        let plain = Tensor::<B, 2, Int>::from_data(TensorData::new(values.clone(), [d_out, d_in]), (device, B::q8_values_dtype()));
+        let plain = q8_rows::<B, 2>(values.clone(), [d_out, d_in], device);
         for planes in [ActivationPlanes::One, ActivationPlanes::Two] {
             let (expected, magnitude) = naive_q8_matmul(&x, n, &values, &scales, d_out, d_in, planes);
             let kernel = q8_matmul(x_t.clone(), laid_out.clone(), scales_t.clone(), planes);
@@ -953,6 +961,11 @@ macro_rules! backend_suite {
         #[test]
         fn grouped_q8_matmul_matches_plain_loops() {
             check_grouped_q8_matmul::<B>(&Default::default());
+        }
+
+        #[test]
+        fn q8_values_read_back_as_themselves() {
+            check_q8_values::<B>(&Default::default());
         }
 
         #[test]

@@ -10,7 +10,7 @@ use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::{Embedding, EmbeddingConfig};
 use burn::tensor::{Int, Tensor, backend::Backend};
-use decider_ops::{Half, Q8_BLOCK, block_scales_f32};
+use decider_ops::{Half, Q8_BLOCK, block_scales_f32, q8_values_f32};
 
 use crate::format::{HalfWeight, WeightFormat, lazy_q8_params};
 
@@ -91,7 +91,7 @@ impl<B: Backend> TokenTable<B> {
                 // Cast before the scales are gathered with the same index: with both gathers
                 // queued before the cast, burn-fusion 0.21 on wgpu scaled rows by the wrong
                 // scales (`tests/weight_formats.rs` checks every backend).
-                let values = rows.values.val().select(0, index.clone()).float();
+                let values = q8_values_f32(rows.values.val().select(0, index.clone()));
                 dequantize(values, rows.scales.val().select(0, index))
             }
             TokenTable::F16(rows) => rows.rows(index, Half::F16),
@@ -120,7 +120,7 @@ impl<B: Backend> TokenTable<B> {
     fn row_range(&self, start: usize, count: usize) -> Tensor<B, 2> {
         match self {
             TokenTable::Float(embedding) => embedding.weight.val().narrow(0, start, count),
-            TokenTable::Q8(rows) => dequantize(rows.values.val().narrow(0, start, count).float(), rows.scales.val().narrow(0, start, count)),
+            TokenTable::Q8(rows) => dequantize(q8_values_f32(rows.values.val().narrow(0, start, count)), rows.scales.val().narrow(0, start, count)),
             TokenTable::F16(rows) => rows.row_range(start, count, Half::F16),
             TokenTable::Bf16(rows) => rows.row_range(start, count, Half::Bf16),
         }

@@ -49,10 +49,25 @@ impl<F: FloatCandleElement, I: IntCandleElement> UnitLowerInverse for Candle<F, 
     }
 }
 
-/// The generic form (dequantize, then candle's matmul).
-impl<F: FloatCandleElement, I: IntCandleElement> crate::Q8Matmul for Candle<F, I> {}
+/// The generic form (dequantize, then candle's matmul), on the narrowest ints burn-candle 0.21
+/// stores: u8 (no i8, so the values are held plus 128) and u32 for the scales' f16 bits (no i16
+/// or u16).
+impl<F: FloatCandleElement, I: IntCandleElement> crate::Q8Matmul for Candle<F, I> {
+    fn q8_values_dtype() -> DType {
+        DType::U8
+    }
 
-impl<F: FloatCandleElement, I: IntCandleElement> crate::Q4Matmul for Candle<F, I> {}
+    fn block_scales_dtype() -> DType {
+        DType::U32
+    }
+}
+
+/// The generic form, the packed bytes in u8.
+impl<F: FloatCandleElement, I: IntCandleElement> crate::Q4Matmul for Candle<F, I> {
+    fn q4_values_dtype() -> DType {
+        DType::U8
+    }
+}
 
 /// On the CPU device, weights held as 16-bit float tensors go through [`cpu::half_matmul`] on
 /// their host values (a copy of 2 bytes a weight, where candle's own cast to f32 converts one
