@@ -49,9 +49,11 @@ impl<F: FloatCandleElement, I: IntCandleElement> UnitLowerInverse for Candle<F, 
     }
 }
 
-/// The generic form (dequantize, then candle's matmul), on the narrowest ints burn-candle 0.21
-/// stores: u8 (no i8, so the values are held plus 128) and u32 for the scales' f16 bits (no i16
-/// or u16).
+/// On the narrowest ints burn-candle 0.21 stores: u8 (no i8, so the values are held plus 128)
+/// and u32 for the scales' f16 bits (no i16 or u16). On the CPU device the product is
+/// [`cpu::q8_matmul`] on the weight's host values, put in the kernel's order per call (the
+/// values are held in row order, which the generic form on other devices reads); the grouped
+/// default runs it per expert with rows, so only their weights are copied.
 impl<F: FloatCandleElement, I: IntCandleElement> crate::Q8Matmul for Candle<F, I> {
     fn q8_values_dtype() -> DType {
         DType::U8
@@ -60,13 +62,45 @@ impl<F: FloatCandleElement, I: IntCandleElement> crate::Q8Matmul for Candle<F, I
     fn block_scales_dtype() -> DType {
         DType::U32
     }
+
+    fn q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>, planes: crate::ActivationPlanes) -> FloatTensor<Self> {
+        let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
+        let (values, scales) = (Tensor::<Self, 2, Int>::from_primitive(values), Tensor::<Self, 2, Int>::from_primitive(scales));
+        let (CandleDevice::Cpu, DType::F32, DType::U8, DType::U32) = (x.device(), x.dtype(), values.dtype(), scales.dtype()) else {
+            return generic::q8_matmul(x, values, scales, planes).into_primitive().tensor();
+        };
+        let ([n, d_in], [d_out, _]) = (x.dims(), values.dims());
+        let x = x.into_data().into_vec::<f32>().expect("f32 activations");
+        // Held plus 128: flipping the top bit gives the value's two's complement byte.
+        let values = values.into_data().into_vec::<u8>().expect("u8 values").into_iter().map(|v| (v ^ 0x80) as i8).collect();
+        let out = cpu::q8_matmul(&x, n, &cpu::q8_layout(values, d_out, d_in), &host_scales(scales.into_data()), d_out, d_in, planes);
+        Tensor::<Self, 2>::from_data(TensorData::new(out, [n, d_out]), &CandleDevice::Cpu).into_primitive().tensor()
+    }
 }
 
-/// The generic form, the packed bytes in u8.
+/// The packed bytes in u8; on the CPU device [`cpu::q4_matmul`], as for Q8_0.
 impl<F: FloatCandleElement, I: IntCandleElement> crate::Q4Matmul for Candle<F, I> {
     fn q4_values_dtype() -> DType {
         DType::U8
     }
+
+    fn q4_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>) -> FloatTensor<Self> {
+        let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
+        let (values, scales) = (Tensor::<Self, 2, Int>::from_primitive(values), Tensor::<Self, 2, Int>::from_primitive(scales));
+        let (CandleDevice::Cpu, DType::F32, DType::U8, DType::U32) = (x.device(), x.dtype(), values.dtype(), scales.dtype()) else {
+            return generic::q4_matmul(x, values, scales).into_primitive().tensor();
+        };
+        let ([n, d_in], [d_out, _]) = (x.dims(), values.dims());
+        let x = x.into_data().into_vec::<f32>().expect("f32 activations");
+        let packed = values.into_data().into_vec::<u8>().expect("u8 bytes");
+        let out = cpu::q4_matmul(&x, n, &cpu::q4_layout(packed, d_out, d_in), &host_scales(scales.into_data()), d_out, d_in);
+        Tensor::<Self, 2>::from_data(TensorData::new(out, [n, d_out]), &CandleDevice::Cpu).into_primitive().tensor()
+    }
+}
+
+/// Block scales held as f16 bits in u32.
+fn host_scales(data: TensorData) -> Vec<f16> {
+    data.into_vec::<u32>().expect("u32 scales").into_iter().map(|bits| f16::from_bits(bits as u16)).collect()
 }
 
 /// On the CPU device, weights held as 16-bit float tensors go through [`cpu::half_matmul`] on
