@@ -39,6 +39,15 @@ impl Half {
         }
     }
 
+    /// The 16-bit float of burn's `dtype`, if it is one.
+    pub const fn of_dtype(dtype: DType) -> Option<Half> {
+        match dtype {
+            DType::F16 => Some(Half::F16),
+            DType::BF16 => Some(Half::Bf16),
+            _ => None,
+        }
+    }
+
     /// Mantissa bits and exponent bias.
     const fn fields(self) -> (u32, i32) {
         match self {

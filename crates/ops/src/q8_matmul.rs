@@ -142,7 +142,8 @@ pub fn q8_values<B: Q8Matmul, const D: usize>(values: Vec<i8>, shape: impl Into<
 /// [`q8_matmul`].
 pub fn q8_rows<B: Q8Matmul, const D: usize>(values: Vec<i8>, shape: impl Into<Shape>, device: &B::Device) -> Tensor<B, D, Int> {
     let data = match B::q8_values_dtype() {
-        DType::U8 => TensorData::new(values.into_iter().map(|v| (i16::from(v) + U8_OFFSET as i16) as u8).collect(), shape),
+        // Plus 128 is the two's complement byte with its top bit flipped.
+        DType::U8 => TensorData::new(values.into_iter().map(|v| v as u8 ^ 0x80).collect(), shape),
         _ => TensorData::new(values, shape),
     };
     Tensor::from_data(data, (device, B::q8_values_dtype()))

@@ -105,52 +105,19 @@ fn host_scales(data: TensorData) -> Vec<f16> {
 
 /// On the CPU device, weights held as 16-bit float tensors go through [`cpu::half_matmul`] on
 /// their host values (a copy of 2 bytes a weight, where candle's own cast to f32 converts one
-/// value at a time); elsewhere, and for patterns, the generic forms.
+/// value at a time; the grouped default runs it per expert with rows, so only their weights are
+/// copied); elsewhere, and for patterns, the generic forms.
 impl<F: FloatCandleElement, I: IntCandleElement> crate::HalfMatmul for Candle<F, I> {
     fn half_float_matmul(x: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {
         let float = |t| Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(t));
         let (x, weight) = (float(x), float(weight));
-        let (Some(half), CandleDevice::Cpu, DType::F32) = (half_of(weight.dtype()), x.device(), x.dtype()) else {
+        let (Some(half), CandleDevice::Cpu, DType::F32) = (Half::of_dtype(weight.dtype()), x.device(), x.dtype()) else {
             return generic::half_float_matmul(x, weight).into_primitive().tensor();
         };
         let ([n, d_in], [d_out, _]) = (x.dims(), weight.dims());
         let x = x.into_data().into_vec::<f32>().expect("f32 activations");
         let out = cpu::half_matmul(&x, n, &half_bits_of(weight.into_data()), half, d_out, d_in);
         Tensor::<Self, 2>::from_data(TensorData::new(out, [n, d_out]), &CandleDevice::Cpu).into_primitive().tensor()
-    }
-
-    fn grouped_half_float_matmul(x: FloatTensor<Self>, weight: FloatTensor<Self>, counts: IntTensor<Self>) -> FloatTensor<Self> {
-        let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
-        let weight = Tensor::<Self, 3>::from_primitive(TensorPrimitive::Float(weight));
-        let (Some(half), CandleDevice::Cpu, DType::F32) = (half_of(weight.dtype()), x.device(), x.dtype()) else {
-            let (x, weight) = (x.into_primitive().tensor(), weight.into_primitive().tensor());
-            return generic::grouped_half_float_matmul::<Self>(x, weight, counts);
-        };
-        let ([rows, d_in], [_, d_out, _]) = (x.dims(), weight.dims());
-        let counts: Vec<i64> = Tensor::<Self, 1, Int>::from_primitive(counts).into_data().iter::<i64>().collect();
-        let x = x.into_data().into_vec::<f32>().expect("f32 activations");
-        let mut out = Vec::with_capacity(rows * d_out);
-        let mut start = 0;
-        for (expert, count) in counts.into_iter().enumerate() {
-            let count = usize::try_from(count).expect("expert counts are not negative");
-            if count > 0 {
-                // Only the weights of experts with rows are copied to the host.
-                let bits = half_bits_of(weight.clone().narrow(0, expert, 1).into_data());
-                out.extend(cpu::half_matmul(&x[start * d_in..(start + count) * d_in], count, &bits, half, d_out, d_in));
-                start += count;
-            }
-        }
-        assert_eq!(start, rows, "grouped matmul: the expert counts sum to {start}, x has {rows} rows");
-        Tensor::<Self, 2>::from_data(TensorData::new(out, [rows, d_out]), &CandleDevice::Cpu).into_primitive().tensor()
-    }
-}
-
-/// The 16-bit float of a float dtype, if it is one.
-fn half_of(dtype: DType) -> Option<Half> {
-    match dtype {
-        DType::F16 => Some(Half::F16),
-        DType::BF16 => Some(Half::Bf16),
-        _ => None,
     }
 }
 
