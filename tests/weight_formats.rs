@@ -21,6 +21,7 @@
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::tensor::{DType, Int, Tensor, TensorData};
 use decider_ops::{
+    BlockInts,
     ActivationPlanes, Half, holds_half_floats, Q4_BLOCK, Q8_BLOCK, block_scales, dequantize_q4, dequantize_q8, grouped_matmul, q4_values, q8_values, quantize_q4, quantize_q8, reference, round_activations,
 };
 use integration_tests::{LAYOUTS, MODELS, fixture_copy, fixture_path, relative_check, rewrite_tensors};
@@ -139,10 +140,11 @@ fn check_model<B: Qwen35Ops>(model_name: &str, layout: &str, format: WeightForma
     let (_, quantized) = qwen35::load_model_with_weights::<B>(dir.path(), format, &device).unwrap();
     let mut in_blocks = 0;
     for ((name, expected), (_, actual)) in projections(&float).into_iter().zip(projections(&quantized)) {
-        // In the int dtype the backend's kernel reads (i8 or u8 on ndarray).
+        // In the int dtype of the backend's storage (i8 or u8 on ndarray, whose kernels read them).
+        let storage = B::block_storage();
         let dtype = match (actual, format) {
-            (Projection::Q8(weight), WeightFormat::Q8) => Some((weight.values.val().dtype(), B::q8_values_dtype())),
-            (Projection::Q4(weight), WeightFormat::Q4) => Some((weight.values.val().dtype(), B::q4_values_dtype())),
+            (Projection::Q8(weight), WeightFormat::Q8) => Some((weight.values.val().dtype(), storage.dtype::<B>(BlockInts::Q8Values))),
+            (Projection::Q4(weight), WeightFormat::Q4) => Some((weight.values.val().dtype(), storage.dtype::<B>(BlockInts::Q4Bytes))),
             (Projection::Float(_), _) => None,
             (_, format) => panic!("{model_name} {name}: another block format than {format}"),
         };

@@ -4,9 +4,9 @@
 
 use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::{Int, Tensor, TensorData};
-use decider_ops::{Half, block_scales, half_bits, half_floats, q4_values, q8_rows, q8_values, quantize_q4, quantize_q8};
+use decider_ops::{BlockInts, Half, block_scales, half_bits, half_floats, q4_values, q8_rows, q8_values, quantize_q4, quantize_q8};
 use half::f16;
-use qwen35::weights::{Stored, half_of, stack_dims, stored, transpose_last2};
+use qwen35::weights::{Stored, half_of, held_dims, scales_dims, stack_dims, stored, transpose_last2};
 use qwen35::{Qwen35Config, Qwen35Model, Qwen35Ops, WeightFormat};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -121,7 +121,8 @@ impl<B: Qwen35Ops> ModuleMapper<B> for SeededWeights {
         let device = param.lazy_device();
         let tensor = match self.path.last().map(|(field, owner)| stored(owner, field)) {
             Some(Stored::Q8Values { kernel_layout }) => {
-                let (batch, d_out, d_in) = stack_dims(&shape.dims::<D>());
+                let held = held_dims::<B, D>(BlockInts::Q8Values, shape.dims());
+                let (batch, d_out, d_in) = stack_dims(&held);
                 let (values, tensor): (_, fn(_, _, _) -> _) = match kernel_layout {
                     // A projection: drawn as its f32 `[in, out]`, stored `[out, in]`.
                     true => (transpose_last2(&self.draw(batch * d_in * d_out, 1.0 / (d_in as f32).sqrt()), batch, d_in, d_out), q8_values::<B, D>),
@@ -130,20 +131,22 @@ impl<B: Qwen35Ops> ModuleMapper<B> for SeededWeights {
                 };
                 let (values, scales) = quantize_q8(&values, d_in);
                 self.pending_scales = Some(scales);
-                tensor(values, shape, &device)
+                tensor(values, held, &device)
             }
             Some(Stored::Q4Values) => {
                 // Drawn as a projection's f32 `[in, out]`; the parameter holds two values a byte.
-                let (batch, d_out, half_in) = stack_dims(&shape.dims::<D>());
+                let held = held_dims::<B, D>(BlockInts::Q4Bytes, shape.dims());
+                let (batch, d_out, half_in) = stack_dims(&held);
                 let d_in = 2 * half_in;
                 let weights = transpose_last2(&self.draw(batch * d_in * d_out, 1.0 / (d_in as f32).sqrt()), batch, d_in, d_out);
                 let (packed, scales) = quantize_q4(&weights, d_in);
                 self.pending_scales = Some(scales);
-                q4_values(packed, shape, &device)
+                q4_values(packed, held, &device)
             }
             Some(Stored::BlockScales) => {
                 let scales = self.pending_scales.take().expect("a block module holds its values before its scales");
-                block_scales(scales, shape, &device)
+                let dims = scales_dims(scales.len(), shape.dims());
+                block_scales(scales, dims, &device)
             }
             Some(Stored::Half) => half_bits(self.draw_half(&shape.dims::<D>()).0, shape, &device),
             _ => unreachable!("the only int parameters are blocks and 16-bit patterns"),

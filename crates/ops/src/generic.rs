@@ -91,41 +91,39 @@ fn diagonal_blocks<B: Backend>(a: Tensor<B, 3>, b: usize) -> Tensor<B, 4> {
 
 /// `round(x) · Wᵀ` with the Q8_0 weight dequantized first (`[out, in / 32, 32]` values times
 /// their block's scale), then one float matmul on the activations rounded to `planes`.
-pub fn q8_matmul<B: Backend>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>, planes: ActivationPlanes) -> Tensor<B, 2> {
-    let [out, d_in] = values.dims();
-    let [n, _] = x.dims();
+pub fn q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>, planes: ActivationPlanes) -> Tensor<B, 2> {
+    let ([n, d_in], [out, _]) = (x.dims(), values.dims());
     if n == 0 {
         // burn-ndarray 0.21's matmul divides by the row count.
         return Tensor::zeros([0, out], &x.device());
     }
     let blocks = d_in / crate::Q8_BLOCK;
-    let weight = crate::q8_values_f32(values).reshape([out, blocks, crate::Q8_BLOCK]) * crate::block_scales_f32(scales).reshape([out, blocks, 1]);
+    let weight = crate::q8_values_f32(values).reshape([out, blocks, crate::Q8_BLOCK]) * crate::block_scales_f32(scales, blocks).reshape([out, blocks, 1]);
     round_activations(x, planes).matmul(weight.reshape([out, d_in]).transpose())
 }
 
 /// `round(x) · Wᵀ` with the Q4_0 weight unpacked and dequantized first ([`q4_weight`]),
 /// then one float matmul on the activations rounded to [`crate::Q4_ACTIVATION_PLANES`] planes.
-pub fn q4_matmul<B: Backend>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>) -> Tensor<B, 2> {
-    let [out, _] = values.dims();
-    let [n, _] = x.dims();
+pub fn q4_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>) -> Tensor<B, 2> {
+    let ([n, d_in], [out, _]) = (x.dims(), values.dims());
     if n == 0 {
         // burn-ndarray 0.21's matmul divides by the row count.
         return Tensor::zeros([0, out], &x.device());
     }
-    round_activations(x, crate::Q4_ACTIVATION_PLANES).matmul(q4_weight(values, scales).transpose())
+    round_activations(x, crate::Q4_ACTIVATION_PLANES).matmul(q4_weight(values, scales, d_in).transpose())
 }
 
 /// The weight `[rows, in]` that Q4_0 packed `values [rows, in / 2]` (in Q4_0's order) and their
 /// `scales [rows, in / 32]` stand for, in tensor ops: each byte `b` is `16 h + l`, value `j` of
 /// its block `l` and value `j + 16` `h`, each standing for `(q - 8) · d`. Exact in f32.
-pub fn q4_weight<B: Backend>(values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>) -> Tensor<B, 2> {
-    let [rows, half_in] = values.dims();
-    let blocks = 2 * half_in / crate::Q4_BLOCK;
-    let bytes = values.float().reshape([rows, blocks, crate::Q4_BLOCK / 2]);
+pub fn q4_weight<B: Q8Matmul>(values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>, d_in: usize) -> Tensor<B, 2> {
+    let [rows, _] = values.dims();
+    let blocks = d_in / crate::Q4_BLOCK;
+    let bytes = crate::q4_bytes_f32(values).reshape([rows, blocks, crate::Q4_BLOCK / 2]);
     let high = bytes.clone().div_scalar(16.0).floor();
     let low = bytes - high.clone() * 16.0;
     let q = Tensor::cat(vec![low, high], 2) - 8.0;
-    (q * crate::block_scales_f32(scales).reshape([rows, blocks, 1])).reshape([rows, 2 * half_in])
+    (q * crate::block_scales_f32(scales, blocks).reshape([rows, blocks, 1])).reshape([rows, d_in])
 }
 
 /// `x · Wᵀ` with the 16-bit weight read as f32 first ([`crate::half_bits_f32`]), then one float
@@ -202,39 +200,35 @@ pub fn grouped_matmul<B: DenseMatmul>(x: FloatTensor<B>, weights: FloatTensor<B>
 /// [`crate::grouped_q8_matmul`] as a [`Q8Matmul::q8_matmul`] per expert with rows.
 pub fn grouped_q8_matmul<B: Q8Matmul>(x: FloatTensor<B>, values: IntTensor<B>, scales: IntTensor<B>, counts: IntTensor<B>, planes: ActivationPlanes) -> FloatTensor<B> {
     let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(x));
-    let values = Tensor::<B, 3, Int>::from_primitive(values);
-    let scales = Tensor::<B, 3, Int>::from_primitive(scales);
-    let [_, d_out, d_in] = values.dims();
-    per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| {
-        let values = values.clone().narrow(0, expert, 1).reshape([d_out, d_in]);
-        let scales = scales.clone().narrow(0, expert, 1).reshape([d_out, d_in / crate::Q8_BLOCK]);
-        crate::q8_matmul(x, values, scales, planes)
-    })
-    .into_primitive()
-    .tensor()
+    let (values, scales) = (Tensor::<B, 3, Int>::from_primitive(values), Tensor::<B, 3, Int>::from_primitive(scales));
+    let d_out = values.dims()[1];
+    per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| crate::q8_matmul(x, expert_of(&values, expert), expert_of(&scales, expert), planes))
+        .into_primitive()
+        .tensor()
 }
 
 /// [`crate::grouped_q4_matmul`] as a [`Q4Matmul::q4_matmul`] per expert with rows.
 pub fn grouped_q4_matmul<B: Q4Matmul>(x: FloatTensor<B>, values: IntTensor<B>, scales: IntTensor<B>, counts: IntTensor<B>) -> FloatTensor<B> {
     let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(x));
-    let values = Tensor::<B, 3, Int>::from_primitive(values);
-    let scales = Tensor::<B, 3, Int>::from_primitive(scales);
-    let [_, d_out, half_in] = values.dims();
-    per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| {
-        let values = values.clone().narrow(0, expert, 1).reshape([d_out, half_in]);
-        let scales = scales.clone().narrow(0, expert, 1).reshape([d_out, 2 * half_in / crate::Q4_BLOCK]);
-        crate::q4_matmul(x, values, scales)
-    })
-    .into_primitive()
-    .tensor()
+    let (values, scales) = (Tensor::<B, 3, Int>::from_primitive(values), Tensor::<B, 3, Int>::from_primitive(scales));
+    let d_out = values.dims()[1];
+    per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| crate::q4_matmul(x, expert_of(&values, expert), expert_of(&scales, expert)))
+        .into_primitive()
+        .tensor()
+}
+
+/// Expert `expert`'s matrix of a stack `[experts, rows, cols]`.
+fn expert_of<B: Backend, K: burn::tensor::TensorKind<B> + burn::tensor::BasicOps<B>>(stack: &Tensor<B, 3, K>, expert: usize) -> Tensor<B, 2, K> {
+    let [_, rows, cols] = stack.dims();
+    stack.clone().narrow(0, expert, 1).reshape([rows, cols])
 }
 
 /// [`crate::grouped_half_matmul`] as a [`HalfMatmul::half_matmul`] per expert with rows.
 pub fn grouped_half_matmul<B: HalfMatmul>(x: FloatTensor<B>, bits: IntTensor<B>, counts: IntTensor<B>, half: Half) -> FloatTensor<B> {
     let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(x));
     let bits = Tensor::<B, 3, Int>::from_primitive(bits);
-    let [_, d_out, d_in] = bits.dims();
-    per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| crate::half_matmul(x, bits.clone().narrow(0, expert, 1).reshape([d_out, d_in]), half))
+    let d_out = bits.dims()[1];
+    per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| crate::half_matmul(x, expert_of(&bits, expert), half))
         .into_primitive()
         .tensor()
 }
@@ -244,8 +238,8 @@ pub fn grouped_half_matmul<B: HalfMatmul>(x: FloatTensor<B>, bits: IntTensor<B>,
 pub fn grouped_half_float_matmul<B: HalfMatmul>(x: FloatTensor<B>, weight: FloatTensor<B>, counts: IntTensor<B>) -> FloatTensor<B> {
     let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(x));
     let weight = Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(weight));
-    let [_, d_out, d_in] = weight.dims();
-    per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| crate::half_float_matmul(x, weight.clone().narrow(0, expert, 1).reshape([d_out, d_in])))
+    let d_out = weight.dims()[1];
+    per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| crate::half_float_matmul(x, expert_of(&weight, expert)))
         .into_primitive()
         .tensor()
 }

@@ -5,8 +5,8 @@
 //! ways, chosen per device by [`holds_half_floats`]:
 //! - as a float tensor of that 16-bit dtype, where the device has it (candle: f16 and bf16; wgpu:
 //!   f16 where the adapter has `shader-f16`, bf16 never in burn-wgpu 0.21);
-//! - else as its 16-bit patterns in an int tensor, as the Q8_0 scales are
-//!   ([`crate::block_scales`]): ndarray has no 16-bit float tensors.
+//! - else as its 16-bit patterns in an int tensor ([`half_bits`]): ndarray has no 16-bit float
+//!   tensors.
 //!
 //! Either product reads the weight back as the exact f32 values it stands for and computes
 //! `x · Wᵀ` in f32: the activations are not rounded, so the result is the f32 path's on the
@@ -14,10 +14,9 @@
 
 use burn::tensor::backend::{Backend, DTypeUsage};
 use burn::tensor::ops::{FloatTensor, IntTensor};
-use burn::tensor::{DType, Int, Shape, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{DType, Element, Int, Shape, Tensor, TensorData, TensorPrimitive};
 use half::{bf16, f16};
 
-use crate::Q8Matmul;
 
 /// Which 16-bit float a weight's patterns are (bf16 by default, so that a collection of patterns
 /// can start empty).
@@ -83,9 +82,16 @@ impl Half {
 }
 
 /// `x · Wᵀ` with `W` in 16-bit floats.
-pub trait HalfMatmul: Q8Matmul {
+pub trait HalfMatmul: Backend {
+    /// The int dtype 16-bit patterns are held in ([`half_bits`]): the backend's own int dtype,
+    /// unless the backend names a smaller one it stores and computes correctly (ndarray: u16;
+    /// candle, which stores no u16: u32).
+    fn half_bits_dtype() -> DType {
+        <Self::IntElem as Element>::dtype()
+    }
+
     /// `x`: `[n, in]`; `bits`: `[out, in]` patterns of `half` in the int dtype of
-    /// [`Q8Matmul::block_scales_dtype`], all finite. Returns `[n, out]`. The default reads the
+    /// [`HalfMatmul::half_bits_dtype`], all finite. Returns `[n, out]`. The default reads the
     /// weight as f32 ([`half_bits_f32`]) and runs the backend's matmul.
     fn half_matmul(x: FloatTensor<Self>, bits: IntTensor<Self>, half: Half) -> FloatTensor<Self> {
         let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
@@ -177,9 +183,9 @@ pub fn half_floats<B: Backend, const D: usize>(bits: Vec<u16>, half: Half, shape
     Tensor::from_data(data, (device, half.dtype()))
 }
 
-/// 16-bit patterns `[...]` as a tensor of the backend's [`Q8Matmul::block_scales_dtype`].
-pub fn half_bits<B: Q8Matmul, const D: usize>(bits: Vec<u16>, shape: impl Into<Shape>, device: &B::Device) -> Tensor<B, D, Int> {
-    Tensor::from_data(TensorData::new(bits, shape), (device, B::block_scales_dtype()))
+/// 16-bit patterns `[...]` as a tensor of the backend's [`HalfMatmul::half_bits_dtype`].
+pub fn half_bits<B: HalfMatmul, const D: usize>(bits: Vec<u16>, shape: impl Into<Shape>, device: &B::Device) -> Tensor<B, D, Int> {
+    Tensor::from_data(TensorData::new(bits, shape), (device, B::half_bits_dtype()))
 }
 
 /// The f32 values of finite 16-bit patterns of `half`, in tensor ops on any backend whose float
@@ -190,9 +196,13 @@ pub fn half_bits<B: Q8Matmul, const D: usize>(bits: Vec<u16>, shape: impl Into<S
 /// powers of two are read from a table and are normal f32 numbers (a GPU that flushes subnormals
 /// reads none).
 pub fn half_bits_f32<B: Backend, const D: usize>(bits: Tensor<B, D, Int>, half: Half) -> Tensor<B, D> {
+    half_patterns_f32(bits.float(), half)
+}
+
+/// [`half_bits_f32`] of patterns held as floats (`0..65,536`, exact in f32).
+pub(crate) fn half_patterns_f32<B: Backend, const D: usize>(bits: Tensor<B, D>, half: Half) -> Tensor<B, D> {
     let (mantissa_bits, bias) = half.fields();
     let shape = bits.shape();
-    let bits = bits.float();
     let sign = bits.clone().div_scalar(32768.0).floor();
     let t = (bits - sign.clone() * 32768.0).div_scalar((1u32 << mantissa_bits) as f32);
     let exponent = t.clone().floor().clamp_min(1.0);

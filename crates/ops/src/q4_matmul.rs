@@ -4,7 +4,8 @@
 //! one f16 scale `d` and 32 values `q` in `0..=15` standing for `(q - 8) · d`, two to a byte: byte
 //! `j` of a block holds value `j` in its low nibble and value `j + 16` in its high one (`qs` of
 //! llama.cpp's `block_q4_0`, ggml/src/ggml-common.h). 18 bytes a block, 0.5625 a weight. The
-//! scales are the same f16 bits in int tensors as Q8_0's ([`crate::block_scales`]).
+//! bytes and the scales are held as [`crate::Q8Matmul::block_storage`] says, the scales as Q8_0's
+//! ([`crate::block_scales`]).
 //!
 //! The scale is chosen per block to minimise the block's squared rounding error
 //! ([`quantize_q4_block`]); the layout, and so every kernel, is llama.cpp's, whose own rounding
@@ -17,11 +18,11 @@
 //! Wᵀ` with one plane of [`crate::round_activations`] on every backend, whichever kernel runs.
 
 use burn::tensor::ops::{FloatTensor, IntTensor};
-use burn::tensor::{DType, Element, Int, Shape, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
 use half::f16;
 use rayon::prelude::*;
 
-use crate::{ActivationPlanes, Q8Matmul};
+use crate::{ActivationPlanes, BlockInts, BlockStorage, Q8Matmul};
 
 /// Values per block (one scale each).
 pub const Q4_BLOCK: usize = 32;
@@ -31,12 +32,6 @@ pub const Q4_ACTIVATION_PLANES: ActivationPlanes = ActivationPlanes::One;
 
 /// `x · Wᵀ` with `W` in Q4_0 blocks.
 pub trait Q4Matmul: Q8Matmul {
-    /// The int dtype the packed bytes are held in: the backend's own int dtype, unless the backend
-    /// names a smaller one it stores and computes correctly (ndarray: u8).
-    fn q4_values_dtype() -> DType {
-        <Self::IntElem as Element>::dtype()
-    }
-
     /// The order this backend's kernel reads a weight's packed bytes in: `packed` are one or a
     /// stack of weights `[out, in / 2]` in Q4_0's order, returned as the same number of bytes that
     /// [`Q4Matmul::q4_matmul`] then receives, weight by weight. The default keeps Q4_0's order; a
@@ -46,8 +41,9 @@ pub trait Q4Matmul: Q8Matmul {
         packed
     }
 
-    /// `x`: `[n, in]`; `values`: `[out, in / 2]` packed bytes in the order of
-    /// [`Q4Matmul::q4_layout`]; `scales`: `[out, in / 32]` f16 bits. Returns `[n, out]`.
+    /// `x`: `[n, in]`; `values`: `[out, in / 2]` packed bytes ([`q4_values`]: in the order of
+    /// [`Q4Matmul::q4_layout`]); `scales`: `[out, in / 32]` f16 bits ([`crate::block_scales`]);
+    /// both as [`crate::Q8Matmul::block_storage`] holds them. Returns `[n, out]`.
     fn q4_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>) -> FloatTensor<Self> {
         let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
         let values = Tensor::<Self, 2, Int>::from_primitive(values);
@@ -67,10 +63,15 @@ pub trait Q4Matmul: Q8Matmul {
 /// `x [n, in] · Wᵀ -> [n, out]` with `W [out, in]` given as Q4_0 packed `values [out, in / 2]`
 /// and `scales [out, in / 32]`.
 pub fn q4_matmul<B: Q4Matmul>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>) -> Tensor<B, 2> {
-    let ([_, d_in], [out, half_in], [s_out, blocks]) = (x.dims(), values.dims(), scales.dims());
+    let ([_, d_in], [out, _]) = (x.dims(), values.dims());
+    let storage = B::block_storage();
     assert!(
-        d_in == 2 * half_in && out == s_out && blocks * Q4_BLOCK == d_in,
-        "q4_matmul: x [_, {d_in}], values [{out}, {half_in}] and scales [{s_out}, {blocks}] do not match"
+        d_in % Q4_BLOCK == 0
+            && values.dims() == storage.shape(BlockInts::Q4Bytes, [out, d_in / 2])
+            && scales.dims() == storage.shape(BlockInts::ScaleBits, [out, d_in / Q4_BLOCK]),
+        "q4_matmul: x [_, {d_in}], values {:?} and scales {:?} do not match",
+        values.dims(),
+        scales.dims()
     );
     Tensor::from_primitive(TensorPrimitive::Float(B::q4_matmul(x.into_primitive().tensor(), values.into_primitive(), scales.into_primitive())))
 }
@@ -79,10 +80,16 @@ pub fn q4_matmul<B: Q4Matmul>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales
 /// rows each, times each row's expert's weight, given as Q4_0 packed `values [experts, out, in /
 /// 2]` and `scales [experts, out, in / 32]`. Returns `[rows, out]`.
 pub fn grouped_q4_matmul<B: Q4Matmul>(x: Tensor<B, 2>, values: Tensor<B, 3, Int>, scales: Tensor<B, 3, Int>, counts: Tensor<B, 1, Int>) -> Tensor<B, 2> {
-    let ([_, d_in], [experts, out, half_in], [s_experts, s_out, blocks], [c]) = (x.dims(), values.dims(), scales.dims(), counts.dims());
+    let ([_, d_in], [experts, out, _], [c]) = (x.dims(), values.dims(), counts.dims());
+    let storage = B::block_storage();
     assert!(
-        d_in == 2 * half_in && [s_experts, s_out, c] == [experts, out, experts] && blocks * Q4_BLOCK == d_in,
-        "grouped_q4_matmul: x [_, {d_in}], values [{experts}, {out}, {half_in}], scales [{s_experts}, {s_out}, {blocks}] and counts [{c}] do not match"
+        d_in % Q4_BLOCK == 0
+            && c == experts
+            && values.dims() == storage.shape(BlockInts::Q4Bytes, [experts, out, d_in / 2])
+            && scales.dims() == storage.shape(BlockInts::ScaleBits, [experts, out, d_in / Q4_BLOCK]),
+        "grouped_q4_matmul: x [_, {d_in}], values {:?}, scales {:?} and counts [{c}] do not match",
+        values.dims(),
+        scales.dims()
     );
     Tensor::from_primitive(TensorPrimitive::Float(B::grouped_q4_matmul(
         x.into_primitive().tensor(),
@@ -92,13 +99,21 @@ pub fn grouped_q4_matmul<B: Q4Matmul>(x: Tensor<B, 2>, values: Tensor<B, 3, Int>
     )))
 }
 
-/// Q4_0 packed values `[..., out, in / 2]` (one weight or a stack of them, `shape` as stored) as
-/// a tensor of the backend's [`Q4Matmul::q4_values_dtype`], each weight in its
+/// Q4_0 packed bytes `[..., out, in / 2]` (one weight or a stack of them, as stored) as the
+/// backend's [`crate::Q8Matmul::block_storage`] holds them, each weight in its
 /// [`Q4Matmul::q4_layout`].
-pub fn q4_values<B: Q4Matmul, const D: usize>(packed: Vec<u8>, shape: impl Into<Shape>, device: &B::Device) -> Tensor<B, D, Int> {
-    let shape = shape.into();
-    let packed = B::q4_layout(packed, shape[D - 2], 2 * shape[D - 1]);
-    Tensor::from_data(TensorData::new(packed, shape), (device, B::q4_values_dtype()))
+pub fn q4_values<B: Q4Matmul, const D: usize>(packed: Vec<u8>, dims: [usize; D], device: &B::Device) -> Tensor<B, D, Int> {
+    let packed = B::q4_layout(packed, dims[D - 2], 2 * dims[D - 1]);
+    q4_rows(packed, dims, device)
+}
+
+/// Q4_0 packed bytes `[..., rows, cols / 2]` as the backend's [`crate::Q8Matmul::block_storage`]
+/// holds them, in Q4_0's order (not a kernel's: the generic form reads them so).
+pub fn q4_rows<B: Q8Matmul, const D: usize>(packed: Vec<u8>, dims: [usize; D], device: &B::Device) -> Tensor<B, D, Int> {
+    match B::block_storage() {
+        BlockStorage::OwnWidth | BlockStorage::Bytes => Tensor::from_data(TensorData::new(packed, dims), (device, DType::U8)),
+        BlockStorage::Words => crate::block_storage::words(packed, dims, device),
+    }
 }
 
 /// Quantizes row-major `[rows, cols]` values (`cols` a multiple of [`Q4_BLOCK`]) to Q4_0:

@@ -4,8 +4,9 @@
 //! blocks of [`Q8_BLOCK`] values; each block keeps one scale `d = max|w| / 127` and the values
 //! `round(w / d)` as `i8`, so `w ≈ value * d`. As in llama.cpp's `quantize_row_q8_0_ref`
 //! (ggml/src/ggml-quants.c), the values are rounded with the f32 scale and the scale is then
-//! stored as an f16: 34 bytes a block, 1.0625 a weight. Tensors hold the f16's bits
-//! ([`block_scales`]) as ints, since not every backend has f16 floats (ndarray has none).
+//! stored as an f16: 34 bytes a block, 1.0625 a weight. Tensors hold the values and the f16's
+//! bits ([`block_scales`]) as ints of the backend's [`BlockStorage`], since not every backend has
+//! 8-bit ints or f16 floats.
 //!
 //! The activations are rounded to 8-bit blocks too, for an integer dot (llama.cpp's CPU matmul
 //! does the same before `ggml_vec_dot_q8_0_q8_0`, ggml/src/ggml-cpu/quants.c): each block of 32
@@ -19,9 +20,11 @@
 //! weight elsewhere.
 
 use burn::tensor::ops::{FloatTensor, IntTensor};
-use burn::tensor::{DType, Element, Int, Shape, Tensor, TensorData, TensorPrimitive, backend::Backend};
+use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
 use half::f16;
 use rayon::prelude::*;
+
+use crate::{BlockInts, BlockStorage};
 
 /// Values per block (one scale each).
 pub const Q8_BLOCK: usize = 32;
@@ -52,18 +55,10 @@ impl ActivationPlanes {
 
 /// `x · Wᵀ` with `W` in Q8_0 blocks.
 pub trait Q8Matmul: Backend {
-    /// The int dtype the values are held in: the backend's own int dtype, unless the backend
-    /// names a smaller one it stores and computes correctly (ndarray: i8; candle, which has no
-    /// i8 tensors: u8, holding each value plus 128; wgpu 0.21 accepts i8 tensors but reads them
-    /// wrongly). [`q8_rows`] encodes the values for it and [`q8_values_f32`] reads them back.
-    fn q8_values_dtype() -> DType {
-        <Self::IntElem as Element>::dtype()
-    }
-
-    /// The int dtype the scales' f16 bits are held in: the backend's own int dtype, unless the
-    /// backend names a smaller one it stores and computes correctly (ndarray: u16).
-    fn block_scales_dtype() -> DType {
-        <Self::IntElem as Element>::dtype()
+    /// How this backend holds the values, Q4_0's bytes and the scales' bits. The default packs
+    /// them into its own ints ([`BlockStorage::Words`]), which needs its bitwise int ops.
+    fn block_storage() -> BlockStorage {
+        BlockStorage::Words
     }
 
     /// The order this backend's kernel reads a weight's values in: `values` are one or a stack of
@@ -76,9 +71,9 @@ pub trait Q8Matmul: Backend {
         values
     }
 
-    /// `x`: `[n, in]`, rounded to `planes`; `values`: `[out, in]` ints in `-127..=127`, in the
-    /// order of [`Q8Matmul::q8_layout`]; `scales`: `[out, in / 32]` f16 bits ([`block_scales`]).
-    /// Returns `[n, out]`.
+    /// `x`: `[n, in]`, rounded to `planes`; `values`: `[out, in]` ints in `-127..=127` ([`q8_values`]:
+    /// in the order of [`Q8Matmul::q8_layout`]); `scales`: `[out, in / 32]` f16 bits
+    /// ([`block_scales`]); both as [`Q8Matmul::block_storage`] holds them. Returns `[n, out]`.
     fn q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>, planes: ActivationPlanes) -> FloatTensor<Self> {
         let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
         let values = Tensor::<Self, 2, Int>::from_primitive(values);
@@ -98,10 +93,12 @@ pub trait Q8Matmul: Backend {
 /// `round(x) [n, in] · Wᵀ -> [n, out]` with `W [out, in]` given as Q8_0 `values` and `scales`,
 /// `x` rounded to `planes`.
 pub fn q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>, planes: ActivationPlanes) -> Tensor<B, 2> {
-    let ([_, d_in], [out, v_in], [s_out, blocks]) = (x.dims(), values.dims(), scales.dims());
+    let ([_, d_in], [out, _]) = (x.dims(), values.dims());
     assert!(
-        d_in == v_in && out == s_out && blocks * Q8_BLOCK == d_in,
-        "q8_matmul: x [_, {d_in}], values [{out}, {v_in}] and scales [{s_out}, {blocks}] do not match"
+        d_in % Q8_BLOCK == 0 && values.dims() == q8_shape::<B, 2>(BlockInts::Q8Values, [out, d_in]) && scales.dims() == q8_shape::<B, 2>(BlockInts::ScaleBits, [out, d_in / Q8_BLOCK]),
+        "q8_matmul: x [_, {d_in}], values {:?} and scales {:?} do not match",
+        values.dims(),
+        scales.dims()
     );
     Tensor::from_primitive(TensorPrimitive::Float(B::q8_matmul(
         x.into_primitive().tensor(),
@@ -111,14 +108,24 @@ pub fn q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales
     )))
 }
 
+/// The shape of a tensor holding `[..., count]` of `ints` on `B`.
+fn q8_shape<B: Q8Matmul, const D: usize>(ints: BlockInts, dims: [usize; D]) -> [usize; D] {
+    B::block_storage().shape(ints, dims)
+}
+
 /// [`q8_matmul`] grouped by expert: `x [rows, in]`, sorted by expert with `counts [experts]`
 /// rows each (summing to `rows`), times each row's expert's weight, given as Q8_0 `values
 /// [experts, out, in]` and `scales [experts, out, in / 32]`. Returns `[rows, out]`.
 pub fn grouped_q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 3, Int>, scales: Tensor<B, 3, Int>, counts: Tensor<B, 1, Int>, planes: ActivationPlanes) -> Tensor<B, 2> {
-    let ([_, d_in], [experts, out, v_in], [s_experts, s_out, blocks], [c]) = (x.dims(), values.dims(), scales.dims(), counts.dims());
+    let ([_, d_in], [experts, out, _], [c]) = (x.dims(), values.dims(), counts.dims());
     assert!(
-        d_in == v_in && [s_experts, s_out, c] == [experts, out, experts] && blocks * Q8_BLOCK == d_in,
-        "grouped_q8_matmul: x [_, {d_in}], values [{experts}, {out}, {v_in}], scales [{s_experts}, {s_out}, {blocks}] and counts [{c}] do not match"
+        d_in % Q8_BLOCK == 0
+            && c == experts
+            && values.dims() == q8_shape::<B, 3>(BlockInts::Q8Values, [experts, out, d_in])
+            && scales.dims() == q8_shape::<B, 3>(BlockInts::ScaleBits, [experts, out, d_in / Q8_BLOCK]),
+        "grouped_q8_matmul: x [_, {d_in}], values {:?}, scales {:?} and counts [{c}] do not match",
+        values.dims(),
+        scales.dims()
     );
     Tensor::from_primitive(TensorPrimitive::Float(B::grouped_q8_matmul(
         x.into_primitive().tensor(),
@@ -129,48 +136,66 @@ pub fn grouped_q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 3, Int>
     )))
 }
 
-/// Q8_0 values `[..., out, in]` (one weight or a stack of them, row-major) as a tensor of the
-/// backend's [`Q8Matmul::q8_values_dtype`], each weight in its [`Q8Matmul::q8_layout`].
-pub fn q8_values<B: Q8Matmul, const D: usize>(values: Vec<i8>, shape: impl Into<Shape>, device: &B::Device) -> Tensor<B, D, Int> {
-    let shape = shape.into();
-    let values = B::q8_layout(values, shape[D - 2], shape[D - 1]);
-    q8_rows(values, shape, device)
+/// Q8_0 values `[..., out, in]` (one weight or a stack of them, row-major) as the backend's
+/// [`Q8Matmul::block_storage`] holds them, each weight in its [`Q8Matmul::q8_layout`].
+pub fn q8_values<B: Q8Matmul, const D: usize>(values: Vec<i8>, dims: [usize; D], device: &B::Device) -> Tensor<B, D, Int> {
+    let values = B::q8_layout(values, dims[D - 2], dims[D - 1]);
+    q8_rows(values, dims, device)
 }
 
-/// Q8_0 values `[..., rows, cols]` as a tensor of the backend's [`Q8Matmul::q8_values_dtype`],
-/// in row order: for a matrix read a row at a time by index (a token table), not by
-/// [`q8_matmul`].
-pub fn q8_rows<B: Q8Matmul, const D: usize>(values: Vec<i8>, shape: impl Into<Shape>, device: &B::Device) -> Tensor<B, D, Int> {
-    let data = match B::q8_values_dtype() {
-        // Plus 128 is the two's complement byte with its top bit flipped.
-        DType::U8 => TensorData::new(values.into_iter().map(|v| v as u8 ^ 0x80).collect(), shape),
-        _ => TensorData::new(values, shape),
-    };
-    Tensor::from_data(data, (device, B::q8_values_dtype()))
-}
-
-/// What a u8 tensor of Q8_0 values holds on top of each value (they are in `-127..=127`).
-const U8_OFFSET: u8 = 128;
-
-/// The values of a Q8_0 values tensor ([`q8_rows`], [`q8_values`]) as floats, exactly.
-pub fn q8_values_f32<B: Backend, const D: usize>(values: Tensor<B, D, Int>) -> Tensor<B, D> {
-    match values.dtype() {
-        DType::U8 => values.float().sub_scalar(f32::from(U8_OFFSET)),
-        _ => values.float(),
+/// Q8_0 values `[..., rows, cols]` as the backend's [`Q8Matmul::block_storage`] holds them, in
+/// row order: for a matrix read a row at a time by index (a token table), not by [`q8_matmul`].
+pub fn q8_rows<B: Q8Matmul, const D: usize>(values: Vec<i8>, dims: [usize; D], device: &B::Device) -> Tensor<B, D, Int> {
+    // Plus 128 is the two's complement byte with its top bit flipped.
+    let offset = || values.iter().map(|&v| v as u8 ^ 0x80).collect::<Vec<u8>>();
+    match B::block_storage() {
+        BlockStorage::OwnWidth => Tensor::from_data(TensorData::new(values, dims), (device, DType::I8)),
+        BlockStorage::Bytes => Tensor::from_data(TensorData::new(offset(), dims), (device, DType::U8)),
+        BlockStorage::Words => crate::block_storage::words(offset(), dims, device),
     }
 }
 
-/// Q8_0 scales `[..., rows, cols / 32]` as a tensor of the backend's
-/// [`Q8Matmul::block_scales_dtype`] holding their f16 bits ([`crate::half_bits`]).
-pub fn block_scales<B: Q8Matmul, const D: usize>(scales: Vec<f16>, shape: impl Into<Shape>, device: &B::Device) -> Tensor<B, D, Int> {
-    // Collected in place: the same size and alignment.
-    crate::half_bits(scales.into_iter().map(f16::to_bits).collect(), shape, device)
+/// What the bytes of Q8_0 values hold on top of each value (they are in `-127..=127`).
+const BYTE_OFFSET: f32 = 128.0;
+
+/// The values of a Q8_0 values tensor ([`q8_rows`], [`q8_values`]) as floats, exactly: `[...,
+/// in]`.
+pub fn q8_values_f32<B: Q8Matmul, const D: usize>(values: Tensor<B, D, Int>) -> Tensor<B, D> {
+    match B::block_storage() {
+        BlockStorage::OwnWidth => values.float(),
+        storage => crate::block_storage::bytes_f32(values, storage).sub_scalar(BYTE_OFFSET),
+    }
 }
 
-/// The f32 values of finite f16 bits (block scales of Q8_0 or Q4_0: [`block_scales`]), in
-/// tensor ops, exactly ([`crate::half_bits_f32`]).
-pub fn block_scales_f32<B: Backend, const D: usize>(bits: Tensor<B, D, Int>) -> Tensor<B, D> {
-    crate::half_bits_f32(bits, crate::Half::F16)
+/// Q8_0 or Q4_0 scales `[..., rows, blocks]` as the backend's [`Q8Matmul::block_storage`] holds
+/// their f16 bits.
+pub fn block_scales<B: Q8Matmul, const D: usize>(scales: Vec<f16>, dims: [usize; D], device: &B::Device) -> Tensor<B, D, Int> {
+    let bytes = || scales.iter().flat_map(|d| d.to_le_bytes()).collect::<Vec<u8>>();
+    let mut byte_dims = dims;
+    byte_dims[D - 1] *= BlockInts::ScaleBits.bytes();
+    match B::block_storage() {
+        BlockStorage::OwnWidth => Tensor::from_data(TensorData::new(scales.iter().map(|d| d.to_bits()).collect(), dims), (device, DType::U16)),
+        BlockStorage::Bytes => Tensor::from_data(TensorData::new(bytes(), byte_dims), (device, DType::U8)),
+        BlockStorage::Words => crate::block_storage::words(bytes(), byte_dims, device),
+    }
+}
+
+/// The f32 values of block scales ([`block_scales`]) `[..., rows, blocks]`, in tensor ops,
+/// exactly ([`crate::half_bits_f32`]).
+pub fn block_scales_f32<B: Q8Matmul, const D: usize>(scales: Tensor<B, D, Int>, blocks: usize) -> Tensor<B, D> {
+    let storage = B::block_storage();
+    let (BlockStorage::Bytes | BlockStorage::Words) = storage else {
+        return crate::half_bits_f32(scales, crate::Half::F16);
+    };
+    let mut dims = scales.dims();
+    let rows = dims[..D - 1].iter().product::<usize>();
+    let bytes = crate::block_storage::bytes_f32(scales, storage);
+    let width = bytes.dims()[D - 1];
+    // Words pad a row to whole ints: the scales are its first bytes, two each, low first.
+    let pairs = bytes.reshape([rows, width]).narrow(1, 0, 2 * blocks).reshape([rows, blocks, 2]);
+    let bits = pairs.clone().narrow(2, 0, 1) + pairs.narrow(2, 1, 1).mul_scalar(256.0);
+    dims[D - 1] = blocks;
+    crate::half_patterns_f32(bits.reshape(dims), crate::Half::F16)
 }
 
 /// Quantizes row-major `[rows, cols]` values (`cols` a multiple of [`Q8_BLOCK`]) to Q8_0:

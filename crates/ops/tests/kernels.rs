@@ -4,9 +4,9 @@
 
 use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
 use decider_ops::{
-    DenseMatmul, ExpertCount, GatedDeltaRule, Half, HalfMatmul, ActivationPlanes, Q4_ACTIVATION_PLANES, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, UnitLowerInverse, block_scales, block_scales_f32, dense_matmul,
+    DenseMatmul, ExpertCount, GatedDeltaRule, Half, HalfMatmul, ActivationPlanes, BlockInts, Q4_ACTIVATION_PLANES, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, UnitLowerInverse, block_scales, block_scales_f32, dense_matmul,
     dequantize_q4, dequantize_q8, expert_count, gated_delta_rule, generic, grouped_half_float_matmul, grouped_half_matmul, grouped_matmul, grouped_q4_matmul, grouped_q8_matmul, half_bits,
-    half_bits_f32, half_float_matmul, half_floats, half_matmul, holds_half_floats, q4_matmul, q4_values, q8_matmul, q8_rows, q8_values, q8_values_f32, quantize_q4, quantize_q8, reference, unit_lower_inverse,
+    half_bits_f32, half_float_matmul, half_floats, half_matmul, holds_half_floats, q4_matmul, q4_rows, q4_values, q8_matmul, q8_rows, q8_values, q8_values_f32, quantize_q4, quantize_q8, reference, unit_lower_inverse,
 };
 use half::{bf16, f16};
 
@@ -252,24 +252,33 @@ fn block_case(rng: &mut Rng, n: usize, d_out: usize, d_in: usize) -> (Vec<f32>, 
 }
 
 /// Every f16 a scale can be (finite, of either sign: subnormals, both zeros and the largest
-/// included), stored in the backend's scales dtype and read back as f32, equals `half`'s
-/// conversion.
+/// included), stored as the backend holds scales and read back as f32, equals `half`'s
+/// conversion. Rows of an odd 31 scales: where the bytes are packed four to an int, each row ends
+/// in a padded int.
 fn check_block_scales<B: Ops>(device: &B::Device) {
+    const ROW: usize = 31;
     let scales: Vec<f16> = (0..=u16::MAX).map(f16::from_bits).filter(|d| d.is_finite()).collect();
     let (count, scales_bits): (usize, Vec<u16>) = (scales.len(), scales.iter().map(|d| d.to_bits()).collect());
+    assert_eq!(count % ROW, 0);
     let expected: Vec<f32> = scales.iter().map(|d| d.to_f32()).collect();
-    let decoded = block_scales_f32(block_scales::<B, 2>(scales, [count / 2, 2], device));
+    let held = block_scales::<B, 2>(scales, [count / ROW, ROW], device);
+    assert_eq!(held.dims(), B::block_storage().shape(BlockInts::ScaleBits, [count / ROW, ROW]));
+    assert_eq!(held.dtype(), B::block_storage().dtype::<B>(BlockInts::ScaleBits));
+    let decoded = block_scales_f32(held, ROW);
     let decoded: Vec<f32> = decoded.into_data().convert::<f32>().to_vec().unwrap();
     for ((got, want), d) in decoded.iter().zip(&expected).zip(&scales_bits) {
         assert_eq!(got.to_bits(), want.to_bits(), "f16 bits {d:#06x}: {got:e}, not {want:e}");
     }
 }
 
-/// Every Q8_0 value, stored in the backend's values dtype (u8 with an offset on candle) and read
-/// back as a float, is itself.
+/// Every Q8_0 value, stored as the backend holds them (with an offset in bytes, packed four to an
+/// int on wgpu) and read back as a float, is itself.
 fn check_q8_values<B: Ops>(device: &B::Device) {
-    let values: Vec<i8> = (-127..=127).chain([0, 127, -127]).collect();
-    let read: Vec<f32> = q8_values_f32(q8_rows::<B, 2>(values.clone(), [values.len() / 2, 2], device)).into_data().convert::<f32>().to_vec().unwrap();
+    let values: Vec<i8> = (-127..=127).chain([0]).collect();
+    let held = q8_rows::<B, 2>(values.clone(), [values.len() / 4, 4], device);
+    assert_eq!(held.dims(), B::block_storage().shape(BlockInts::Q8Values, [values.len() / 4, 4]));
+    assert_eq!(held.dtype(), B::block_storage().dtype::<B>(BlockInts::Q8Values));
+    let read: Vec<f32> = q8_values_f32(held).into_data().convert::<f32>().to_vec().unwrap();
     assert_eq!(read, values.iter().map(|&v| f32::from(v)).collect::<Vec<_>>());
 }
 
@@ -463,7 +472,7 @@ fn check_q4_matmul<B: Ops>(device: &B::Device) {
         let scales_t = block_scales::<B, 2>(scales, [d_out, d_in / Q4_BLOCK], device);
         // The kernel reads the bytes in its layout; the generic form in Q4_0's order.
         let kernel = q4_matmul(x_t.clone(), q4_values::<B, 2>(packed.clone(), [d_out, d_in / 2], device), scales_t.clone());
-        let plain = Tensor::<B, 2, Int>::from_data(TensorData::new(packed, [d_out, d_in / 2]), (device, B::q4_values_dtype()));
+        let plain = q4_rows::<B, 2>(packed, [d_out, d_in / 2], device);
         let generic = generic::q4_matmul(x_t, plain, scales_t);
         for (name, out) in [("kernel", kernel), ("generic", generic)] {
             assert_eq!(out.dims(), [n, d_out], "{name}, {n}x{d_out}x{d_in}");

@@ -8,7 +8,7 @@ use burn::tensor::{Bool, Int, Tensor, backend::Backend};
 
 
 use crate::cache::{KvBlock, KvCache};
-use crate::format::{ProjectionInput, WeightFormat};
+use crate::format::{FormatOps, ProjectionInput, WeightFormat};
 use crate::projection::{Projection, ProjectionConfig, ProjectionOps};
 use crate::norm::{RmsNorm, RmsNormConfig};
 use crate::rope::RotaryEmbedding;
@@ -42,7 +42,7 @@ pub struct GatedAttention<B: Backend> {
 }
 
 impl GatedAttentionConfig {
-    pub fn init<B: Backend>(&self, device: &B::Device) -> GatedAttention<B> {
+    pub fn init<B: FormatOps>(&self, device: &B::Device) -> GatedAttention<B> {
         let (heads, kv_heads, hd) = (self.num_attention_heads, self.num_key_value_heads, self.head_dim);
         let linear = |i, o, input| ProjectionConfig::new(i, o, input).with_weights(self.weights).init(device);
         let norm = RmsNormConfig::new(hd).with_eps(self.rms_norm_eps);

@@ -4,6 +4,7 @@
 use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{Tensor, backend::Backend};
+use crate::format::FormatOps;
 use crate::Qwen35Ops;
 
 use crate::attention::{GatedAttention, GatedAttentionConfig};
@@ -38,7 +39,7 @@ pub struct DecoderLayerConfig {
 }
 
 impl DecoderLayerConfig {
-    pub fn init<B: Backend>(&self, device: &B::Device) -> DecoderLayer<B> {
+    pub fn init<B: FormatOps>(&self, device: &B::Device) -> DecoderLayer<B> {
         let norm = RmsNormConfig::new(self.hidden_size).with_eps(self.rms_norm_eps);
         DecoderLayer {
             input_layernorm: norm.init(device),

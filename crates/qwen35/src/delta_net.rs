@@ -9,7 +9,7 @@ use decider_ops::GatedDeltaRule;
 
 use crate::cache::DeltaNetState;
 use crate::delta_rule::{gated_delta_rule, recurrent_gated_delta_rule};
-use crate::format::{ProjectionInput, WeightFormat};
+use crate::format::{FormatOps, ProjectionInput, WeightFormat};
 use crate::norm::{GatedRmsNorm, RmsNormConfig};
 use crate::projection::{Projection, ProjectionConfig, ProjectionOps};
 
@@ -62,7 +62,7 @@ pub struct GatedDeltaNet<B: Backend> {
 }
 
 impl GatedDeltaNetConfig {
-    pub fn init<B: Backend>(&self, device: &B::Device) -> GatedDeltaNet<B> {
+    pub fn init<B: FormatOps>(&self, device: &B::Device) -> GatedDeltaNet<B> {
         let key_dim = self.num_key_heads * self.key_head_dim;
         let value_dim = self.num_value_heads * self.value_head_dim;
         let conv_dim = 2 * key_dim + value_dim;

@@ -18,7 +18,7 @@ use std::str::FromStr;
 use burn::module::{Module, Param, ParamId};
 use burn::tensor::{FloatDType, Int, Tensor, backend::Backend};
 use decider_ops::{
-    ActivationPlanes, Half, HalfMatmul, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, grouped_half_float_matmul, grouped_half_matmul, grouped_q4_matmul, grouped_q8_matmul,
+    ActivationPlanes, BlockInts, Half, HalfMatmul, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, grouped_half_float_matmul, grouped_half_matmul, grouped_q4_matmul, grouped_q8_matmul,
     half_bits_f32, half_float_matmul, half_matmul, holds_half_floats, q4_matmul, q8_matmul,
 };
 use serde::{Deserialize, Serialize};
@@ -66,7 +66,7 @@ impl WeightFormat {
     pub fn half_bytes<B: FormatOps>(half: Half, device: &B::Device) -> usize {
         match holds_half_floats::<B>(half, device) {
             true => 2,
-            false => B::block_scales_dtype().size(),
+            false => B::half_bits_dtype().size(),
         }
     }
 
@@ -185,7 +185,7 @@ impl ProjectionInput {
 /// copies the whole array).
 #[derive(Module, Debug)]
 pub struct Q8Weight<B: Backend, const D: usize> {
-    /// `[..., out, in]` values in `-127..=127`.
+    /// `[..., out, in]` values in `-127..=127`, as the backend holds them (`decider_ops::q8_values`).
     pub values: Param<Tensor<B, D, Int>>,
     /// `[..., out, in / 32]`: each block's scale, as f16 bits (`decider_ops::block_scales`).
     pub scales: Param<Tensor<B, D, Int>>,
@@ -194,21 +194,34 @@ pub struct Q8Weight<B: Backend, const D: usize> {
     pub planes: ActivationPlanes,
 }
 
-impl<B: Backend, const D: usize> Q8Weight<B, D> {
+impl<B: Q8Matmul, const D: usize> Q8Weight<B, D> {
     /// Lazy zero weights of shape `[..., out, in]` for an `input` of that kind, to be filled from
     /// a checkpoint (nothing is allocated until a parameter is read).
-    pub fn init(values_shape: [usize; D], input: ProjectionInput, device: &B::Device) -> Self {
-        let (values, scales) = lazy_q8_params(values_shape, device);
+    pub fn init(weight_dims: [usize; D], input: ProjectionInput, device: &B::Device) -> Self {
+        let (values, scales) = lazy_q8_params(weight_dims, device);
         Q8Weight { values, scales, planes: input.activation_planes() }
+    }
+
+    /// The weight's shape `[..., out, in]`.
+    pub fn weight_dims(&self) -> [usize; D] {
+        q8_dims::<B, D>(&self.values)
     }
 }
 
+/// The shape `[..., rows, cols]` of the Q8_0 values `values` holds.
+pub(crate) fn q8_dims<B: Q8Matmul, const D: usize>(values: &Param<Tensor<B, D, Int>>) -> [usize; D] {
+    let mut dims = values.lazy_shape().dims::<D>();
+    dims[D - 1] = B::block_storage().count(BlockInts::Q8Values, dims[D - 1]);
+    dims
+}
+
 /// Lazy zero parameters for Q8_0 `values [..., rows, cols]` and their `scales [..., rows, cols /
-/// 32]` (nothing is allocated until a parameter is read).
-pub(crate) fn lazy_q8_params<B: Backend, const D: usize>(values_shape: [usize; D], device: &B::Device) -> (Param<Tensor<B, D, Int>>, Param<Tensor<B, D, Int>>) {
-    let mut scales_shape = values_shape;
-    scales_shape[D - 1] /= Q8_BLOCK;
-    (lazy_int_param(values_shape, device), lazy_int_param(scales_shape, device))
+/// 32]`, in the backend's `decider_ops::BlockStorage` (nothing is allocated until a parameter is read).
+pub(crate) fn lazy_q8_params<B: Q8Matmul, const D: usize>(weight_dims: [usize; D], device: &B::Device) -> (Param<Tensor<B, D, Int>>, Param<Tensor<B, D, Int>>) {
+    let storage = B::block_storage();
+    let mut scales_dims = weight_dims;
+    scales_dims[D - 1] /= Q8_BLOCK;
+    (lazy_int_param(storage.shape(BlockInts::Q8Values, weight_dims), device), lazy_int_param(storage.shape(BlockInts::ScaleBits, scales_dims), device))
 }
 
 /// A lazy zero int parameter (nothing is allocated until it is read).
@@ -241,20 +254,23 @@ pub struct Q4Weight<B: Backend, const D: usize> {
     pub scales: Param<Tensor<B, D, Int>>,
 }
 
-impl<B: Backend, const D: usize> Q4Weight<B, D> {
+impl<B: Q8Matmul, const D: usize> Q4Weight<B, D> {
     /// Lazy zero weights of shape `[..., out, in]`, to be filled from a checkpoint.
-    pub fn init(weight_shape: [usize; D], device: &B::Device) -> Self {
-        let mut values_shape = weight_shape;
-        values_shape[D - 1] /= 2;
-        let mut scales_shape = weight_shape;
-        scales_shape[D - 1] /= Q4_BLOCK;
-        Q4Weight { values: lazy_int_param(values_shape, device), scales: lazy_int_param(scales_shape, device) }
+    pub fn init(weight_dims: [usize; D], device: &B::Device) -> Self {
+        let storage = B::block_storage();
+        let (mut bytes_dims, mut scales_dims) = (weight_dims, weight_dims);
+        bytes_dims[D - 1] /= 2;
+        scales_dims[D - 1] /= Q4_BLOCK;
+        Q4Weight {
+            values: lazy_int_param(storage.shape(BlockInts::Q4Bytes, bytes_dims), device),
+            scales: lazy_int_param(storage.shape(BlockInts::ScaleBits, scales_dims), device),
+        }
     }
 
-    /// The weight's shape `[..., out, in]`.
+    /// The weight's shape `[..., out, in]`: two values a byte.
     pub fn weight_dims(&self) -> [usize; D] {
         let mut dims = self.values.lazy_shape().dims::<D>();
-        dims[D - 1] *= 2;
+        dims[D - 1] = 2 * B::block_storage().count(BlockInts::Q4Bytes, dims[D - 1]);
         dims
     }
 }

@@ -10,10 +10,11 @@
 //! checks the bound against the bytes really allocated, at several widths and shapes.
 
 use burn::module::{Module, ModuleVisitor, Param};
-use burn::tensor::{Int, Tensor, backend::Backend};
+use burn::tensor::{Int, Tensor};
 
 use crate::decoder::{DecoderLayer, FeedForward, TokenMixer};
 use crate::format::FormatOps;
+use decider_ops::BlockInts;
 use crate::delta_rule::CHUNK_SIZE;
 use crate::model::{PrefillBlocks, Qwen35Model};
 use crate::weights::{Stored, stored};
@@ -39,7 +40,7 @@ pub struct CallMemory {
     layers: Vec<(usize, usize)>,
 }
 
-impl<B: Backend> Qwen35Model<B> {
+impl<B: FormatOps> Qwen35Model<B> {
     /// What sets the memory of this model's calls.
     pub fn call_memory(&self) -> CallMemory {
         let [_, hidden] = self.embed_tokens.dims();
@@ -81,11 +82,13 @@ impl<B: FormatOps> Qwen35Model<B> {
                 self.0 += param.lazy_shape().num_elements() * bytes;
             }
             fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<B, D, Int>>) {
-                // The only int parameters are blocks and 16-bit patterns (held as the scales are).
+                // The only int parameters are blocks and 16-bit patterns.
+                let storage = B::block_storage();
                 let dtype = match self.1.last().map(|(field, owner)| stored(owner, field)) {
-                    Some(Stored::Q8Values { .. }) => B::q8_values_dtype(),
-                    Some(Stored::Q4Values) => B::q4_values_dtype(),
-                    Some(Stored::BlockScales | Stored::Half) => B::block_scales_dtype(),
+                    Some(Stored::Q8Values { .. }) => storage.dtype::<B>(BlockInts::Q8Values),
+                    Some(Stored::Q4Values) => storage.dtype::<B>(BlockInts::Q4Bytes),
+                    Some(Stored::BlockScales) => storage.dtype::<B>(BlockInts::ScaleBits),
+                    Some(Stored::Half) => B::half_bits_dtype(),
                     other => unreachable!("an int parameter held as {other:?}"),
                 };
                 self.0 += param.lazy_shape().num_elements() * dtype.size();
@@ -99,7 +102,7 @@ impl<B: FormatOps> Qwen35Model<B> {
 
 /// The f32 values `layer` keeps alive at once per token row, and its attention heads (0 for a
 /// DeltaNet layer).
-fn layer_widths<B: Backend>(layer: &DecoderLayer<B>, hidden: usize) -> (usize, usize) {
+fn layer_widths<B: FormatOps>(layer: &DecoderLayer<B>, hidden: usize) -> (usize, usize) {
     // The residual stream, the normed input, both blocks' outputs and their sums.
     let residual = 6 * hidden;
     let (mixer, heads) = match &layer.mixer {

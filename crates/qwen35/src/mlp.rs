@@ -6,7 +6,7 @@ use burn::tensor::activation::silu;
 use burn::tensor::{Tensor, backend::Backend};
 use crate::projection::ProjectionOps;
 
-use crate::format::{ProjectionInput, WeightFormat};
+use crate::format::{FormatOps, ProjectionInput, WeightFormat};
 use crate::projection::{Projection, ProjectionConfig};
 
 #[derive(Config, Debug)]
@@ -26,7 +26,7 @@ pub struct Mlp<B: Backend> {
 }
 
 impl MlpConfig {
-    pub fn init<B: Backend>(&self, device: &B::Device) -> Mlp<B> {
+    pub fn init<B: FormatOps>(&self, device: &B::Device) -> Mlp<B> {
         let linear = |i, o, input| ProjectionConfig::new(i, o, input).with_weights(self.weights).init(device);
         Mlp {
             gate_proj: linear(self.hidden_size, self.intermediate_size, ProjectionInput::Normed),

@@ -7,7 +7,7 @@ use crate::Qwen35Ops;
 use crate::attention::GatedAttentionConfig;
 use crate::cache::ModelCache;
 use crate::config::{FeedForwardType, LayerType, Qwen35Config};
-use crate::format::WeightFormat;
+use crate::format::{FormatOps, WeightFormat};
 use crate::decoder::{DecoderLayer, CallInputs, DecoderLayerConfig, FeedForwardConfig, TokenMixerConfig};
 use crate::delta_net::GatedDeltaNetConfig;
 use crate::mlp::MlpConfig;
@@ -115,13 +115,13 @@ impl Qwen35Config {
 
     /// A model with freshly initialised (random) f32 weights, e.g. for benchmarks and training.
     /// Parameters are initialised lazily: shapes are known at once, memory is taken on first use.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> Qwen35Model<B> {
+    pub fn init<B: FormatOps>(&self, device: &B::Device) -> Qwen35Model<B> {
         self.init_with_weights(WeightFormat::F32, device)
     }
 
     /// The model with its projections and experts in `weights`, lazily initialised, to be
     /// filled from a checkpoint (block formats initialise to zero weights).
-    pub fn init_with_weights<B: Backend>(&self, weights: WeightFormat, device: &B::Device) -> Qwen35Model<B> {
+    pub fn init_with_weights<B: FormatOps>(&self, weights: WeightFormat, device: &B::Device) -> Qwen35Model<B> {
         let h = self.hidden_size;
         let table = TokenTableConfig::new(self.vocab_size, h).with_weights(weights);
         Qwen35Model {

@@ -10,7 +10,7 @@ use decider_ops::{ExpertCount, Half, expert_count, grouped_matmul};
 
 use crate::projection::ProjectionOps;
 
-use crate::format::{HalfWeight, ProjectionInput, Q4Weight, Q8Weight, WeightFormat};
+use crate::format::{FormatOps, HalfWeight, ProjectionInput, Q4Weight, Q8Weight, WeightFormat};
 use crate::mlp::{Mlp, MlpConfig};
 
 #[derive(Config, Debug)]
@@ -85,7 +85,7 @@ pub struct SparseMoe<B: Backend> {
 }
 
 impl SparseMoeConfig {
-    pub fn init<B: Backend>(&self, device: &B::Device) -> SparseMoe<B> {
+    pub fn init<B: FormatOps>(&self, device: &B::Device) -> SparseMoe<B> {
         let (e, h, i) = (self.num_experts, self.hidden_size, self.moe_intermediate_size);
         let linear = |i, o| LinearConfig::new(i, o).with_bias(false).init(device);
         let normal = |fan_in: usize| Initializer::Normal { mean: 0.0, std: 1.0 / (fan_in as f64).sqrt() };
@@ -164,7 +164,7 @@ impl<B: ExpertCount + ProjectionOps> SparseMoe<B> {
     }
 }
 
-impl<B: Backend> Experts<B> {
+impl<B: FormatOps> Experts<B> {
     /// `(E, I)`: the number of experts and each one's SwiGLU width.
     pub fn dims(&self) -> (usize, usize) {
         match self {
@@ -173,7 +173,7 @@ impl<B: Backend> Experts<B> {
                 (e, i)
             }
             Experts::Q8(experts) => {
-                let [e, _, i] = experts.down_proj.values.lazy_shape().dims::<3>();
+                let [e, _, i] = experts.down_proj.weight_dims();
                 (e, i)
             }
             Experts::Q4(experts) => {

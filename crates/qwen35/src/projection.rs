@@ -32,7 +32,7 @@ pub enum Projection<B: Backend> {
 }
 
 impl ProjectionConfig {
-    pub fn init<B: Backend>(&self, device: &B::Device) -> Projection<B> {
+    pub fn init<B: FormatOps>(&self, device: &B::Device) -> Projection<B> {
         match self.weights.for_input_width(self.d_input) {
             WeightFormat::F32 => Projection::Float(LinearConfig::new(self.d_input, self.d_output).with_bias(false).init(device)),
             WeightFormat::Q8 => Projection::Q8(Q8Weight::init([self.d_output, self.d_input], self.input, device)),
@@ -68,13 +68,13 @@ impl<B: ProjectionOps> Projection<B> {
     }
 }
 
-impl<B: Backend> Projection<B> {
+impl<B: FormatOps> Projection<B> {
     /// The weight's shape `[in, out]`, whatever its format.
     pub fn dims(&self) -> [usize; 2] {
         match self {
             Projection::Float(linear) => linear.weight.lazy_shape().dims::<2>(),
             Projection::Q8(weight) => {
-                let [out, d_in] = weight.values.lazy_shape().dims::<2>();
+                let [out, d_in] = weight.weight_dims();
                 [d_in, out]
             }
             Projection::Q4(weight) => {

@@ -12,7 +12,7 @@ use burn::nn::{Embedding, EmbeddingConfig};
 use burn::tensor::{Int, Tensor, backend::Backend};
 use decider_ops::{Half, Q8_BLOCK, block_scales_f32, q8_values_f32};
 
-use crate::format::{HalfWeight, WeightFormat, lazy_q8_params};
+use crate::format::{FormatOps, HalfWeight, WeightFormat, lazy_q8_params, q8_dims};
 
 /// Rows dequantized at a time by [`TokenTable::logits`]: 4,096 rows of 2,048 values are
 /// 64 MiB of f32 (cast, then scaled), where the whole table of decider-2b would be 1.9 GiB.
@@ -39,7 +39,7 @@ pub enum TokenTable<B: Backend> {
 /// Rows in Q8_0 blocks along `hidden`, in row order (see `decider_ops::q8_rows`).
 #[derive(Module, Debug)]
 pub struct Q8Rows<B: Backend> {
-    /// `[vocab, hidden]` values in `-127..=127`.
+    /// `[vocab, hidden]` values in `-127..=127`, as the backend holds them (`decider_ops::q8_rows`).
     pub values: Param<Tensor<B, 2, Int>>,
     /// `[vocab, hidden / 32]`: each block's scale, as f16 bits (`decider_ops::block_scales`).
     pub scales: Param<Tensor<B, 2, Int>>,
@@ -47,7 +47,7 @@ pub struct Q8Rows<B: Backend> {
 
 impl TokenTableConfig {
     /// A lazy table: shapes only, filled from a checkpoint or at first use.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> TokenTable<B> {
+    pub fn init<B: FormatOps>(&self, device: &B::Device) -> TokenTable<B> {
         match self.weights.for_input_width(self.hidden_size) {
             WeightFormat::F32 => TokenTable::Float(EmbeddingConfig::new(self.vocab_size, self.hidden_size).init(device)),
             // 8-bit in `q4` too: the head's rows are the label logits themselves.
@@ -61,12 +61,12 @@ impl TokenTableConfig {
     }
 }
 
-impl<B: Backend> TokenTable<B> {
+impl<B: FormatOps> TokenTable<B> {
     /// `[vocab, hidden]`, whatever the format.
     pub fn dims(&self) -> [usize; 2] {
         match self {
             TokenTable::Float(embedding) => embedding.weight.lazy_shape().dims(),
-            TokenTable::Q8(rows) => rows.values.lazy_shape().dims(),
+            TokenTable::Q8(rows) => q8_dims(&rows.values),
             TokenTable::F16(rows) | TokenTable::Bf16(rows) => rows.dims(),
         }
     }
@@ -128,8 +128,8 @@ impl<B: Backend> TokenTable<B> {
 }
 
 /// `values [n, hidden]` (as floats) times their blocks' `scales [n, hidden / 32]` (f16 bits).
-fn dequantize<B: Backend>(values: Tensor<B, 2>, scales: Tensor<B, 2, Int>) -> Tensor<B, 2> {
+fn dequantize<B: FormatOps>(values: Tensor<B, 2>, scales: Tensor<B, 2, Int>) -> Tensor<B, 2> {
     let [rows, hidden] = values.dims();
     let blocks = hidden / Q8_BLOCK;
-    (values.reshape([rows, blocks, Q8_BLOCK]) * block_scales_f32(scales).reshape([rows, blocks, 1])).reshape([rows, hidden])
+    (values.reshape([rows, blocks, Q8_BLOCK]) * block_scales_f32(scales, blocks).reshape([rows, blocks, 1])).reshape([rows, hidden])
 }

@@ -24,7 +24,7 @@ use std::path::Path;
 
 use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
-use decider_ops::{Half, block_scales, half_bits, half_floats, q4_values, q8_rows, q8_values};
+use decider_ops::{BlockInts, Half, block_scales, half_bits, half_floats, q4_values, q8_rows, q8_values};
 use half::f16;
 use rayon::prelude::*;
 
@@ -328,11 +328,12 @@ impl<B: FormatOps> ModuleMapper<B> for CheckpointFiller<'_, B> {
         // A writer has written the blocks as they were read: the parameter stays unfilled.
         let tensor = match self.stored() {
             Stored::Q8Values { kernel_layout } => {
-                let (batch, d_out, d_in) = stack_dims(&shape);
+                let held = held_dims::<B, D>(BlockInts::Q8Values, shape);
+                let (batch, d_out, d_in) = stack_dims(&held);
                 match self.block_values([batch, d_out, d_in], Checkpoint::read_q8) {
                     Ok(_) if self.writer.is_some() => return param,
-                    Ok(values) if kernel_layout => q8_values(values, shape, self.device),
-                    Ok(values) => q8_rows(values, shape, self.device),
+                    Ok(values) if kernel_layout => q8_values(values, held, self.device),
+                    Ok(values) => q8_rows(values, held, self.device),
                     Err(error) => {
                         self.error = Some(error);
                         return param;
@@ -341,10 +342,11 @@ impl<B: FormatOps> ModuleMapper<B> for CheckpointFiller<'_, B> {
             }
             Stored::Q4Values => {
                 // Two values a byte: the weight is twice as wide as its bytes.
-                let (batch, d_out, half_in) = stack_dims(&shape);
+                let held = held_dims::<B, D>(BlockInts::Q4Bytes, shape);
+                let (batch, d_out, half_in) = stack_dims(&held);
                 match self.block_values([batch, d_out, 2 * half_in], Checkpoint::read_q4) {
                     Ok(_) if self.writer.is_some() => return param,
-                    Ok(packed) => q4_values(packed, shape, self.device),
+                    Ok(packed) => q4_values(packed, held, self.device),
                     Err(error) => {
                         self.error = Some(error);
                         return param;
@@ -353,7 +355,10 @@ impl<B: FormatOps> ModuleMapper<B> for CheckpointFiller<'_, B> {
             }
             Stored::BlockScales => match self.block_scales() {
                 _ if self.writer.is_some() => return param,
-                scales => block_scales(scales, shape, self.device),
+                scales => {
+                    let dims = scales_dims(scales.len(), shape);
+                    block_scales(scales, dims, self.device)
+                }
             },
             Stored::Half => {
                 match self.half_values(&shape) {
@@ -426,6 +431,22 @@ pub fn half_of(path: &[(String, String)]) -> Half {
         _ => None,
     });
     variant.expect("16-bit floats are held under an F16 or Bf16 variant")
+}
+
+/// The shape `[..., rows, count]` of the `ints` (Q8_0 values or Q4_0 bytes) a block parameter
+/// whose tensor is `shape` holds: the backend holds them in its own `decider_ops::BlockStorage`.
+pub fn held_dims<B: FormatOps, const D: usize>(ints: BlockInts, mut shape: [usize; D]) -> [usize; D] {
+    shape[D - 1] = B::block_storage().count(ints, shape[D - 1]);
+    shape
+}
+
+/// The shape `[..., rows, blocks]` of `count` scales held by a scales parameter whose tensor is
+/// `shape`: as many a row as its weight has blocks (where a row is padded, the tensor's width
+/// does not say).
+pub fn scales_dims<const D: usize>(count: usize, mut shape: [usize; D]) -> [usize; D] {
+    let rows: usize = shape[..D - 1].iter().product();
+    shape[D - 1] = count / rows.max(1);
+    shape
 }
 
 /// `(weights, rows, cols)` of a weight `[rows, cols]` (one weight) or a stack of them

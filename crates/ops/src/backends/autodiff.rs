@@ -52,11 +52,8 @@ impl<B: UnitLowerInverse, C: CheckpointStrategy> UnitLowerInverse for Autodiff<B
 /// The generic form through autodiff's own ops: the gradient reaches `x` (straight through the
 /// activations' rounding); the weights (int values and the bits of their scales) have none.
 impl<B: crate::Q8Matmul, C: CheckpointStrategy> crate::Q8Matmul for Autodiff<B, C> {
-    fn q8_values_dtype() -> burn::tensor::DType {
-        B::q8_values_dtype()
-    }
-    fn block_scales_dtype() -> burn::tensor::DType {
-        B::block_scales_dtype()
+    fn block_storage() -> crate::BlockStorage {
+        B::block_storage()
     }
     // The values stay in their order (the default `q8_layout`): the generic form reads them so,
     // whatever order the inner backend's own kernel reads.
@@ -64,15 +61,15 @@ impl<B: crate::Q8Matmul, C: CheckpointStrategy> crate::Q8Matmul for Autodiff<B, 
 
 /// As [`crate::Q8Matmul`]: the generic form through autodiff's own ops, the weights' packed
 /// bytes kept in Q4_0's order.
-impl<B: crate::Q4Matmul, C: CheckpointStrategy> crate::Q4Matmul for Autodiff<B, C> {
-    fn q4_values_dtype() -> burn::tensor::DType {
-        B::q4_values_dtype()
-    }
-}
+impl<B: crate::Q4Matmul, C: CheckpointStrategy> crate::Q4Matmul for Autodiff<B, C> {}
 
 /// The generic form through autodiff's own ops: the gradient reaches `x`; the weight's bits have
 /// none.
-impl<B: crate::HalfMatmul, C: CheckpointStrategy> crate::HalfMatmul for Autodiff<B, C> {}
+impl<B: crate::HalfMatmul, C: CheckpointStrategy> crate::HalfMatmul for Autodiff<B, C> {
+    fn half_bits_dtype() -> burn::tensor::DType {
+        B::half_bits_dtype()
+    }
+}
 
 /// The generic form through autodiff's own ops, so gradients reach both operands.
 impl<B: crate::DenseMatmul, C: CheckpointStrategy> crate::DenseMatmul for Autodiff<B, C> {}

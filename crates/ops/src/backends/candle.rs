@@ -13,7 +13,7 @@ use burn::tensor::{DType, Int, Tensor, TensorData, TensorMetadata, TensorPrimiti
 
 use half::{bf16, f16};
 
-use crate::{ExpertCount, GatedDeltaRule, Half, UnitLowerInverse, cpu, generic};
+use crate::{BlockStorage, ExpertCount, GatedDeltaRule, Half, UnitLowerInverse, cpu, generic};
 
 impl<F: FloatCandleElement, I: IntCandleElement> ExpertCount for Candle<F, I> {
     fn expert_count(ids: IntTensor<Self>, num_experts: usize) -> IntTensor<Self> {
@@ -49,24 +49,19 @@ impl<F: FloatCandleElement, I: IntCandleElement> UnitLowerInverse for Candle<F, 
     }
 }
 
-/// On the narrowest ints burn-candle 0.21 stores: u8 (no i8, so the values are held plus 128)
-/// and u32 for the scales' f16 bits (no i16 or u16). On the CPU device the product is
-/// [`cpu::q8_matmul`] on the weight's host values, put in the kernel's order per call (the
-/// values are held in row order, which the generic form on other devices reads); the grouped
-/// default runs it per expert with rows, so only their weights are copied.
+/// In bytes ([`BlockStorage::Bytes`]): burn-candle 0.21 stores u8 but no i8 or u16. On the CPU
+/// device the product is [`cpu::q8_matmul`] on the weight's host values, put in the kernel's
+/// order per call (the values are held in row order, which the generic form on other devices
+/// reads); the grouped default runs it per expert with rows, so only their weights are copied.
 impl<F: FloatCandleElement, I: IntCandleElement> crate::Q8Matmul for Candle<F, I> {
-    fn q8_values_dtype() -> DType {
-        DType::U8
-    }
-
-    fn block_scales_dtype() -> DType {
-        DType::U32
+    fn block_storage() -> BlockStorage {
+        BlockStorage::Bytes
     }
 
     fn q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>, planes: crate::ActivationPlanes) -> FloatTensor<Self> {
         let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
         let (values, scales) = (Tensor::<Self, 2, Int>::from_primitive(values), Tensor::<Self, 2, Int>::from_primitive(scales));
-        let (CandleDevice::Cpu, DType::F32, DType::U8, DType::U32) = (x.device(), x.dtype(), values.dtype(), scales.dtype()) else {
+        let (CandleDevice::Cpu, DType::F32, DType::U8, DType::U8) = (x.device(), x.dtype(), values.dtype(), scales.dtype()) else {
             return generic::q8_matmul(x, values, scales, planes).into_primitive().tensor();
         };
         let ([n, d_in], [d_out, _]) = (x.dims(), values.dims());
@@ -78,16 +73,12 @@ impl<F: FloatCandleElement, I: IntCandleElement> crate::Q8Matmul for Candle<F, I
     }
 }
 
-/// The packed bytes in u8; on the CPU device [`cpu::q4_matmul`], as for Q8_0.
+/// On the CPU device [`cpu::q4_matmul`], as for Q8_0.
 impl<F: FloatCandleElement, I: IntCandleElement> crate::Q4Matmul for Candle<F, I> {
-    fn q4_values_dtype() -> DType {
-        DType::U8
-    }
-
     fn q4_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>) -> FloatTensor<Self> {
         let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
         let (values, scales) = (Tensor::<Self, 2, Int>::from_primitive(values), Tensor::<Self, 2, Int>::from_primitive(scales));
-        let (CandleDevice::Cpu, DType::F32, DType::U8, DType::U32) = (x.device(), x.dtype(), values.dtype(), scales.dtype()) else {
+        let (CandleDevice::Cpu, DType::F32, DType::U8, DType::U8) = (x.device(), x.dtype(), values.dtype(), scales.dtype()) else {
             return generic::q4_matmul(x, values, scales).into_primitive().tensor();
         };
         let ([n, d_in], [d_out, _]) = (x.dims(), values.dims());
@@ -98,9 +89,9 @@ impl<F: FloatCandleElement, I: IntCandleElement> crate::Q4Matmul for Candle<F, I
     }
 }
 
-/// Block scales held as f16 bits in u32.
+/// Block scales held as the bytes of their f16 bits, low first.
 fn host_scales(data: TensorData) -> Vec<f16> {
-    data.into_vec::<u32>().expect("u32 scales").into_iter().map(|bits| f16::from_bits(bits as u16)).collect()
+    data.into_vec::<u8>().expect("u8 scales").chunks_exact(2).map(|bytes| f16::from_le_bytes([bytes[0], bytes[1]])).collect()
 }
 
 /// On the CPU device, weights held as 16-bit float tensors go through [`cpu::half_matmul`] on
@@ -108,6 +99,10 @@ fn host_scales(data: TensorData) -> Vec<f16> {
 /// value at a time; the grouped default runs it per expert with rows, so only their weights are
 /// copied); elsewhere, and for patterns, the generic forms.
 impl<F: FloatCandleElement, I: IntCandleElement> crate::HalfMatmul for Candle<F, I> {
+    fn half_bits_dtype() -> DType {
+        DType::U32
+    }
+
     fn half_float_matmul(x: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {
         let float = |t| Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(t));
         let (x, weight) = (float(x), float(weight));

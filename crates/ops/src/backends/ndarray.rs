@@ -60,12 +60,8 @@ impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> crate::Q8Mat
 where
     NdArrayTensor: From<SharedArray<E>> + From<SharedArray<I>>,
 {
-    fn q8_values_dtype() -> DType {
-        DType::I8
-    }
-
-    fn block_scales_dtype() -> DType {
-        DType::U16
+    fn block_storage() -> crate::BlockStorage {
+        crate::BlockStorage::OwnWidth
     }
 
     /// The kernel's order where it runs: with f32 activations (other float types take the
@@ -114,10 +110,6 @@ impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> crate::Q4Mat
 where
     NdArrayTensor: From<SharedArray<E>> + From<SharedArray<I>>,
 {
-    fn q4_values_dtype() -> DType {
-        DType::U8
-    }
-
     /// The kernel's order where it runs: with f32 activations.
     fn q4_layout(packed: Vec<u8>, d_out: usize, d_in: usize) -> Vec<u8> {
         match E::dtype() {
@@ -164,6 +156,10 @@ impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> crate::HalfM
 where
     NdArrayTensor: From<SharedArray<E>> + From<SharedArray<I>>,
 {
+    fn half_bits_dtype() -> DType {
+        DType::U16
+    }
+
     fn half_matmul(x: FloatTensor<Self>, bits: IntTensor<Self>, half: Half) -> FloatTensor<Self> {
         let ([n, d_in], [d_out, _]) = (x.shape().dims::<2>(), bits.shape().dims::<2>());
         let out = match (&x, &bits) {
