@@ -204,15 +204,16 @@ impl<B: Q8Matmul, const D: usize> Q8Weight<B, D> {
 
     /// The weight's shape `[..., out, in]`.
     pub fn weight_dims(&self) -> [usize; D] {
-        q8_dims::<B, D>(&self.values)
+        held_dims::<B, D>(BlockInts::Q8Values, self.values.lazy_shape().dims())
     }
 }
 
-/// The shape `[..., rows, cols]` of the Q8_0 values `values` holds.
-pub(crate) fn q8_dims<B: Q8Matmul, const D: usize>(values: &Param<Tensor<B, D, Int>>) -> [usize; D] {
-    let mut dims = values.lazy_shape().dims::<D>();
-    dims[D - 1] = B::block_storage().count(BlockInts::Q8Values, dims[D - 1]);
-    dims
+/// The shape `[..., rows, count]` of the `ints` (Q8_0 values or Q4_0 bytes) that a block
+/// parameter whose tensor is `shape` holds: the backend holds them in its own
+/// `decider_ops::BlockStorage`.
+pub fn held_dims<B: Q8Matmul, const D: usize>(ints: BlockInts, mut shape: [usize; D]) -> [usize; D] {
+    shape[D - 1] = B::block_storage().count(ints, shape[D - 1]);
+    shape
 }
 
 /// Lazy zero parameters for Q8_0 `values [..., rows, cols]` and their `scales [..., rows, cols /
@@ -269,8 +270,8 @@ impl<B: Q8Matmul, const D: usize> Q4Weight<B, D> {
 
     /// The weight's shape `[..., out, in]`: two values a byte.
     pub fn weight_dims(&self) -> [usize; D] {
-        let mut dims = self.values.lazy_shape().dims::<D>();
-        dims[D - 1] = 2 * B::block_storage().count(BlockInts::Q4Bytes, dims[D - 1]);
+        let mut dims = held_dims::<B, D>(BlockInts::Q4Bytes, self.values.lazy_shape().dims());
+        dims[D - 1] *= 2;
         dims
     }
 }

@@ -31,7 +31,7 @@ use rayon::prelude::*;
 use crate::checkpoint::{Checkpoint, HalfValues};
 use crate::config::Qwen35Config;
 use crate::error::LoadError;
-use crate::format::{FormatOps, WeightFormat};
+use crate::format::{FormatOps, WeightFormat, held_dims};
 use crate::model::Qwen35Model;
 use crate::quantize::{ShardWriter, Written};
 
@@ -431,13 +431,6 @@ pub fn half_of(path: &[(String, String)]) -> Half {
         _ => None,
     });
     variant.expect("16-bit floats are held under an F16 or Bf16 variant")
-}
-
-/// The shape `[..., rows, count]` of the `ints` (Q8_0 values or Q4_0 bytes) a block parameter
-/// whose tensor is `shape` holds: the backend holds them in its own `decider_ops::BlockStorage`.
-pub fn held_dims<B: FormatOps, const D: usize>(ints: BlockInts, mut shape: [usize; D]) -> [usize; D] {
-    shape[D - 1] = B::block_storage().count(ints, shape[D - 1]);
-    shape
 }
 
 /// The shape `[..., rows, blocks]` of `count` scales held by a scales parameter whose tensor is
