@@ -6,7 +6,6 @@ use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::{Int, Tensor, TensorData};
 use decider_ops::{BlockInts, Half, block_scales, half_bits, half_floats, q4_values, q8_rows, q8_values, quantize_q4, quantize_q8};
 use half::f16;
-use qwen35::format::held_dims;
 use qwen35::weights::{Stored, half_of, scales_dims, stack_dims, stored, transpose_last2};
 use qwen35::{Qwen35Config, Qwen35Model, Qwen35Ops, WeightFormat};
 use rand::{Rng, SeedableRng};
@@ -122,7 +121,7 @@ impl<B: Qwen35Ops> ModuleMapper<B> for SeededWeights {
         let device = param.lazy_device();
         let tensor = match self.path.last().map(|(field, owner)| stored(owner, field)) {
             Some(Stored::Q8Values { kernel_layout }) => {
-                let held = held_dims::<B, D>(BlockInts::Q8Values, shape.dims());
+                let held = B::block_storage().ints_shape(BlockInts::Q8Values, shape.dims());
                 let (batch, d_out, d_in) = stack_dims(&held);
                 let (values, tensor): (_, fn(_, _, _) -> _) = match kernel_layout {
                     // A projection: drawn as its f32 `[in, out]`, stored `[out, in]`.
@@ -136,7 +135,7 @@ impl<B: Qwen35Ops> ModuleMapper<B> for SeededWeights {
             }
             Some(Stored::Q4Values) => {
                 // Drawn as a projection's f32 `[in, out]`; the parameter holds two values a byte.
-                let held = held_dims::<B, D>(BlockInts::Q4Bytes, shape.dims());
+                let held = B::block_storage().ints_shape(BlockInts::Q4Bytes, shape.dims());
                 let (batch, d_out, half_in) = stack_dims(&held);
                 let d_in = 2 * half_in;
                 let weights = transpose_last2(&self.draw(batch * d_in * d_out, 1.0 / (d_in as f32).sqrt()), batch, d_in, d_out);

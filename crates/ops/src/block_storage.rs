@@ -74,14 +74,18 @@ impl BlockStorage {
         dims
     }
 
-    /// How many of `ints` a tensor row of `width` holds, for ints whose rows fill whole ints of
-    /// the storage: Q8_0 values and Q4_0 bytes, whose rows are whole blocks (32 and 16 bytes).
-    pub const fn count(self, ints: BlockInts, width: usize) -> usize {
-        match self {
+    /// The shape `[..., count]` of the `ints` a tensor of shape `held` holds: the inverse of
+    /// [`BlockStorage::shape`] for ints whose rows fill whole ints of the storage (Q8_0 values and
+    /// Q4_0 bytes, whose rows are whole blocks of 32 and 16 bytes; not scales, whose rows may be
+    /// padded).
+    pub fn ints_shape<const D: usize>(self, ints: BlockInts, mut held: [usize; D]) -> [usize; D] {
+        let width = held[D - 1];
+        held[D - 1] = match self {
             BlockStorage::OwnWidth => width,
             BlockStorage::Bytes => width / ints.bytes(),
             BlockStorage::Words => width * WORD_BYTES / ints.bytes(),
-        }
+        };
+        held
     }
 }
 

@@ -94,8 +94,11 @@ pub trait Q8Matmul: Backend {
 /// `x` rounded to `planes`.
 pub fn q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>, planes: ActivationPlanes) -> Tensor<B, 2> {
     let ([_, d_in], [out, _]) = (x.dims(), values.dims());
+    let storage = B::block_storage();
     assert!(
-        d_in % Q8_BLOCK == 0 && values.dims() == q8_shape::<B, 2>(BlockInts::Q8Values, [out, d_in]) && scales.dims() == q8_shape::<B, 2>(BlockInts::ScaleBits, [out, d_in / Q8_BLOCK]),
+        d_in % Q8_BLOCK == 0
+            && values.dims() == storage.shape(BlockInts::Q8Values, [out, d_in])
+            && scales.dims() == storage.shape(BlockInts::ScaleBits, [out, d_in / Q8_BLOCK]),
         "q8_matmul: x [_, {d_in}], values {:?} and scales {:?} do not match",
         values.dims(),
         scales.dims()
@@ -108,21 +111,17 @@ pub fn q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales
     )))
 }
 
-/// The shape of a tensor holding `[..., count]` of `ints` on `B`.
-fn q8_shape<B: Q8Matmul, const D: usize>(ints: BlockInts, dims: [usize; D]) -> [usize; D] {
-    B::block_storage().shape(ints, dims)
-}
-
 /// [`q8_matmul`] grouped by expert: `x [rows, in]`, sorted by expert with `counts [experts]`
 /// rows each (summing to `rows`), times each row's expert's weight, given as Q8_0 `values
 /// [experts, out, in]` and `scales [experts, out, in / 32]`. Returns `[rows, out]`.
 pub fn grouped_q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 3, Int>, scales: Tensor<B, 3, Int>, counts: Tensor<B, 1, Int>, planes: ActivationPlanes) -> Tensor<B, 2> {
     let ([_, d_in], [experts, out, _], [c]) = (x.dims(), values.dims(), counts.dims());
+    let storage = B::block_storage();
     assert!(
         d_in % Q8_BLOCK == 0
             && c == experts
-            && values.dims() == q8_shape::<B, 3>(BlockInts::Q8Values, [experts, out, d_in])
-            && scales.dims() == q8_shape::<B, 3>(BlockInts::ScaleBits, [experts, out, d_in / Q8_BLOCK]),
+            && values.dims() == storage.shape(BlockInts::Q8Values, [experts, out, d_in])
+            && scales.dims() == storage.shape(BlockInts::ScaleBits, [experts, out, d_in / Q8_BLOCK]),
         "grouped_q8_matmul: x [_, {d_in}], values {:?}, scales {:?} and counts [{c}] do not match",
         values.dims(),
         scales.dims()

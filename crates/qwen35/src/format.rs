@@ -204,16 +204,8 @@ impl<B: Q8Matmul, const D: usize> Q8Weight<B, D> {
 
     /// The weight's shape `[..., out, in]`.
     pub fn weight_dims(&self) -> [usize; D] {
-        held_dims::<B, D>(BlockInts::Q8Values, self.values.lazy_shape().dims())
+        B::block_storage().ints_shape(BlockInts::Q8Values, self.values.lazy_shape().dims())
     }
-}
-
-/// The shape `[..., rows, count]` of the `ints` (Q8_0 values or Q4_0 bytes) that a block
-/// parameter whose tensor is `shape` holds: the backend holds them in its own
-/// `decider_ops::BlockStorage`.
-pub fn held_dims<B: Q8Matmul, const D: usize>(ints: BlockInts, mut shape: [usize; D]) -> [usize; D] {
-    shape[D - 1] = B::block_storage().count(ints, shape[D - 1]);
-    shape
 }
 
 /// Lazy zero parameters for Q8_0 `values [..., rows, cols]` and their `scales [..., rows, cols /
@@ -270,7 +262,7 @@ impl<B: Q8Matmul, const D: usize> Q4Weight<B, D> {
 
     /// The weight's shape `[..., out, in]`: two values a byte.
     pub fn weight_dims(&self) -> [usize; D] {
-        let mut dims = held_dims::<B, D>(BlockInts::Q4Bytes, self.values.lazy_shape().dims());
+        let mut dims = B::block_storage().ints_shape(BlockInts::Q4Bytes, self.values.lazy_shape().dims());
         dims[D - 1] *= 2;
         dims
     }

@@ -12,7 +12,7 @@ use burn::nn::{Embedding, EmbeddingConfig};
 use burn::tensor::{Int, Tensor, backend::Backend};
 use decider_ops::{BlockInts, Half, Q8_BLOCK, block_scales_f32, q8_values_f32};
 
-use crate::format::{FormatOps, HalfWeight, WeightFormat, held_dims, lazy_q8_params};
+use crate::format::{FormatOps, HalfWeight, WeightFormat, lazy_q8_params};
 
 /// Rows dequantized at a time by [`TokenTable::logits`]: 4,096 rows of 2,048 values are
 /// 64 MiB of f32 (cast, then scaled), where the whole table of decider-2b would be 1.9 GiB.
@@ -66,7 +66,7 @@ impl<B: FormatOps> TokenTable<B> {
     pub fn dims(&self) -> [usize; 2] {
         match self {
             TokenTable::Float(embedding) => embedding.weight.lazy_shape().dims(),
-            TokenTable::Q8(rows) => held_dims::<B, 2>(BlockInts::Q8Values, rows.values.lazy_shape().dims()),
+            TokenTable::Q8(rows) => B::block_storage().ints_shape(BlockInts::Q8Values, rows.values.lazy_shape().dims()),
             TokenTable::F16(rows) | TokenTable::Bf16(rows) => rows.dims(),
         }
     }

@@ -31,7 +31,7 @@ use rayon::prelude::*;
 use crate::checkpoint::{Checkpoint, HalfValues};
 use crate::config::Qwen35Config;
 use crate::error::LoadError;
-use crate::format::{FormatOps, WeightFormat, held_dims};
+use crate::format::{FormatOps, WeightFormat};
 use crate::model::Qwen35Model;
 use crate::quantize::{ShardWriter, Written};
 
@@ -328,7 +328,7 @@ impl<B: FormatOps> ModuleMapper<B> for CheckpointFiller<'_, B> {
         // A writer has written the blocks as they were read: the parameter stays unfilled.
         let tensor = match self.stored() {
             Stored::Q8Values { kernel_layout } => {
-                let held = held_dims::<B, D>(BlockInts::Q8Values, shape);
+                let held = B::block_storage().ints_shape(BlockInts::Q8Values, shape);
                 let (batch, d_out, d_in) = stack_dims(&held);
                 match self.block_values([batch, d_out, d_in], Checkpoint::read_q8) {
                     Ok(_) if self.writer.is_some() => return param,
@@ -342,7 +342,7 @@ impl<B: FormatOps> ModuleMapper<B> for CheckpointFiller<'_, B> {
             }
             Stored::Q4Values => {
                 // Two values a byte: the weight is twice as wide as its bytes.
-                let held = held_dims::<B, D>(BlockInts::Q4Bytes, shape);
+                let held = B::block_storage().ints_shape(BlockInts::Q4Bytes, shape);
                 let (batch, d_out, half_in) = stack_dims(&held);
                 match self.block_values([batch, d_out, 2 * half_in], Checkpoint::read_q4) {
                     Ok(_) if self.writer.is_some() => return param,
