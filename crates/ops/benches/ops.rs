@@ -5,7 +5,9 @@
 //! widest projection (2048 -> 6144) for 64 and 512 tokens, against burn's f32 matmul of the same
 //! shape; the grouped matmuls of an MoE layer (64 experts of 35B-A3B's gate/up projection, 2048
 //! -> 1024, in f32 and Q8_0) with the 4 and 16 rows an expert gets from 128 and 512 prompt
-//! tokens, against their generic form (the backend's dense product per expert).
+//! tokens, against their generic form (the backend's dense product per expert). On x86-64, the
+//! CPU forms of the Q8_0 matmul side by side (`cpu/`): the dequantized sgemm and each integer dot
+//! the CPU runs.
 //!
 //! Run: `cargo bench -p decider-ops --bench ops --features candle,wgpu` (or `cargo xtask bench`). Each group measures the
 //! three implementations in the same run, so the ratios are what to read.
@@ -166,7 +168,43 @@ fn bench_backend<B: ExpertCount + UnitLowerInverse + Q8Matmul + DenseMatmul>(c: 
     group.finish();
 }
 
+/// The CPU forms of the Q8_0 matmul on host slices, at the 2B model's widest projection: the
+/// dequantized sgemm (what a CPU without an integer dot runs) against each integer dot this CPU
+/// runs, one and two activation planes.
+#[cfg(all(feature = "cpu-kernels", target_arch = "x86_64"))]
+fn bench_cpu_forms(c: &mut Criterion) {
+    use decider_ops::cpu::{self, integer_dot::{self as dot, DotIsa}};
+    use decider_ops::round_activations;
+    let mut group = c.benchmark_group("cpu/q8_matmul_2048_to_6144");
+    group.sample_size(10);
+    let (d_in, d_out) = (2048, 6144);
+    let mut seed = 1u32;
+    let mut next = move || {
+        seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        (seed >> 8) as f32 / (1 << 24) as f32 - 0.5
+    };
+    let weights: Vec<f32> = (0..d_out * d_in).map(|_| next()).collect();
+    let (values, scales) = quantize_q8(&weights, d_in);
+    for tokens in [16, 128, 512] {
+        let x: Vec<f32> = (0..tokens * d_in).map(|_| next()).collect();
+        for planes in [ActivationPlanes::One, ActivationPlanes::Two] {
+            group.bench_function(BenchmarkId::new(format!("dequantized_{planes:?}"), tokens), |b| {
+                b.iter(|| cpu::dequantized_q8_matmul(&round_activations(&x, d_in, planes), tokens, &values, &scales, d_out, d_in))
+            });
+            for isa in DotIsa::ALL.into_iter().filter(|isa| isa.available()) {
+                let laid_out = dot::q8_layout(isa, &values, d_out, d_in);
+                group.bench_function(BenchmarkId::new(format!("{isa:?}_{planes:?}"), tokens), |b| {
+                    b.iter(|| dot::q8_matmul(isa, &x, tokens, &laid_out, &scales, d_out, d_in, planes))
+                });
+            }
+        }
+    }
+    group.finish();
+}
+
 fn benches(c: &mut Criterion) {
+    #[cfg(all(feature = "cpu-kernels", target_arch = "x86_64"))]
+    bench_cpu_forms(c);
     macro_rules! bench {
         ($name:ident, $backend:ty, $about:literal) => {
             bench_backend::<$backend>(c, stringify!($name));

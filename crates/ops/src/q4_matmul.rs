@@ -35,7 +35,7 @@ pub trait Q4Matmul: Q8Matmul {
     /// The order this backend's kernel reads a weight's packed bytes in: `packed` are one or a
     /// stack of weights `[out, in / 2]` in Q4_0's order, returned as the same number of bytes that
     /// [`Q4Matmul::q4_matmul`] then receives, weight by weight. The default keeps Q4_0's order; a
-    /// kernel may regroup them (ndarray with AVX-512 VNNI pairs nibbles of 16 rows).
+    /// kernel may regroup them (ndarray on x86-64 pairs nibbles of 16 or 8 rows for its integer dot).
     fn q4_layout(packed: Vec<u8>, d_out: usize, d_in: usize) -> Vec<u8> {
         let _ = (d_out, d_in);
         packed

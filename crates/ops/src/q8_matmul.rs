@@ -64,7 +64,7 @@ pub trait Q8Matmul: Backend {
     /// The order this backend's kernel reads a weight's values in: `values` are one or a stack of
     /// weights `[out, in]`, row-major, returned as the same number of values that
     /// [`Q8Matmul::q8_matmul`] then receives, weight by weight. The default keeps them as they
-    /// are; a kernel may regroup rows (ndarray with AVX-512 VNNI interleaves them by 16 for its
+    /// are; a kernel may regroup rows (ndarray on x86-64 interleaves them by 16 or 8 for its
     /// integer dot). [`q8_values`] applies it.
     fn q8_layout(values: Vec<i8>, d_out: usize, d_in: usize) -> Vec<i8> {
         let _ = (d_out, d_in);

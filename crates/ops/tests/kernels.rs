@@ -213,8 +213,9 @@ fn naive_block_matmul(x: &[f64], n: usize, d_out: usize, d_in: usize, weight: im
 }
 
 /// `(n, d_out, d_in)`: one block, no tokens, one output, odd panel counts (65, 129 rows), a
-/// 2B-model width, one long row; token counts around the integer dot's tile of 8 and row counts
-/// around its group of 16 (17 rows: a group of one).
+/// 2B-model width, one long row; token counts around the integer dots' tiles (8 tokens with
+/// AVX-512, 4 with AVX2) and row counts around their groups (16 and 8 rows: 17 rows leave a group
+/// of one, 31 a group of 15 or 7).
 const Q8_SHAPES: [(usize, usize, usize); 9] =
     [(1, 1, 32), (0, 5, 64), (3, 1, 32), (7, 65, 96), (2, 129, 256), (130, 64, 2048), (1, 3, 4096), (9, 17, 64), (17, 31, 160)];
 
@@ -482,12 +483,16 @@ fn check_q4_matmul<B: Ops>(device: &B::Device) {
     }
 }
 
-/// Both CPU forms of the q8 and q4 matmuls, whichever this CPU would choose: the integer dot (where the
-/// CPU has AVX-512 VNNI; the test says so when it has not) and the dequantized sgemm.
+/// Every CPU form of the q8 and q4 matmuls, whichever this CPU would choose: each integer dot this
+/// CPU runs (AVX-512 VNNI, AVX2; the test says which it cannot) and the dequantized sgemm.
 #[cfg(feature = "cpu-kernels")]
 #[test]
 fn both_cpu_block_kernels_match_plain_loops() {
     use decider_ops::{cpu, round_activations};
+    #[cfg(target_arch = "x86_64")]
+    use decider_ops::cpu::integer_dot as dot;
+    #[cfg(target_arch = "x86_64")]
+    let dots = integer_dots();
     let mut rng = Rng(17);
     for (n, d_out, d_in) in Q8_SHAPES {
         let (x, values, scales) = q8_case(&mut rng, n, d_out, d_in);
@@ -498,10 +503,10 @@ fn both_cpu_block_kernels_match_plain_loops() {
             let dequantized = cpu::dequantized_q8_matmul(&rounded, n, &values, &scales, d_out, d_in);
             check_outputs(&format!("dequantized, {planes:?}, {name}"), &dequantized, &expected, &magnitude);
             #[cfg(target_arch = "x86_64")]
-            if cpu::vnni::available() {
-                let laid_out = cpu::vnni::q8_layout(&values, d_out, d_in);
-                let vnni = cpu::vnni::q8_matmul(&x, n, &laid_out, &scales, d_out, d_in, planes);
-                check_outputs(&format!("vnni, {planes:?}, {name}"), &vnni, &expected, &magnitude);
+            for &isa in &dots {
+                let laid_out = dot::q8_layout(isa, &values, d_out, d_in);
+                let out = dot::q8_matmul(isa, &x, n, &laid_out, &scales, d_out, d_in, planes);
+                check_outputs(&format!("{isa:?}, {planes:?}, {name}"), &out, &expected, &magnitude);
             }
         }
         let rounded = round_activations(&x, d_in, Q4_ACTIVATION_PLANES);
@@ -510,14 +515,23 @@ fn both_cpu_block_kernels_match_plain_loops() {
         let q4_dequantized = cpu::dequantized_q4_matmul(&rounded, n, &packed, &q4_scales, d_out, d_in);
         check_outputs(&format!("q4 dequantized, {name}"), &q4_dequantized, &q4_expected, &q4_magnitude);
         #[cfg(target_arch = "x86_64")]
-        if cpu::vnni::available() {
-            let laid_out = cpu::vnni::q4_layout(&packed, d_out, d_in);
-            let q4_vnni = cpu::vnni::q4_matmul(&x, n, &laid_out, &q4_scales, d_out, d_in);
-            check_outputs(&format!("q4 vnni, {name}"), &q4_vnni, &q4_expected, &q4_magnitude);
-        } else {
-            println!("this CPU has no AVX-512 VNNI: the integer dot is not checked here");
+        for &isa in &dots {
+            let laid_out = dot::q4_layout(isa, &packed, d_out, d_in);
+            let out = dot::q4_matmul(isa, &x, n, &laid_out, &q4_scales, d_out, d_in);
+            check_outputs(&format!("q4 {isa:?}, {name}"), &out, &q4_expected, &q4_magnitude);
         }
     }
+}
+
+/// The integer-dot kernels this CPU runs (saying which it cannot).
+#[cfg(all(feature = "cpu-kernels", target_arch = "x86_64"))]
+fn integer_dots() -> Vec<decider_ops::cpu::integer_dot::DotIsa> {
+    use decider_ops::cpu::integer_dot::DotIsa;
+    let (run, skip): (Vec<DotIsa>, Vec<DotIsa>) = DotIsa::ALL.into_iter().partition(|isa| isa.available());
+    for isa in skip {
+        println!("this CPU does not run {isa:?}: that integer dot is not checked here");
+    }
+    run
 }
 
 /// Every CPU form of the delta rule's steps this CPU runs (the test says which it cannot): in

@@ -17,23 +17,21 @@ pub mod delta_rule;
 pub mod few_rows;
 mod isa;
 #[cfg(target_arch = "x86_64")]
-pub mod vnni;
+pub mod integer_dot;
 
-/// Whether [`q8_matmul`] and [`q4_matmul`] run the integer dot of [`vnni`] on this CPU (and so
-/// read the weights in [`q8_layout`] and [`q4_layout`]).
-pub fn integer_dot() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    return vnni::available();
-    #[cfg(not(target_arch = "x86_64"))]
-    return false;
+/// The integer-dot kernel [`q8_matmul`] and [`q4_matmul`] run on this CPU, if any (and so the
+/// order [`q8_layout`] and [`q4_layout`] give the weights).
+#[cfg(target_arch = "x86_64")]
+fn dot_isa() -> Option<integer_dot::DotIsa> {
+    integer_dot::DotIsa::best()
 }
 
 /// The order [`q8_matmul`] reads the values of a weight (or a stack of them) `[d_out, d_in]` in on
 /// this CPU.
 pub fn q8_layout(values: Vec<i8>, d_out: usize, d_in: usize) -> Vec<i8> {
     #[cfg(target_arch = "x86_64")]
-    if integer_dot() {
-        return vnni::q8_layout(&values, d_out, d_in);
+    if let Some(isa) = dot_isa() {
+        return integer_dot::q8_layout(isa, &values, d_out, d_in);
     }
     let _ = (d_out, d_in);
     values
@@ -43,8 +41,8 @@ pub fn q8_layout(values: Vec<i8>, d_out: usize, d_in: usize) -> Vec<i8> {
 /// / 2]` in on this CPU.
 pub fn q4_layout(packed: Vec<u8>, d_out: usize, d_in: usize) -> Vec<u8> {
     #[cfg(target_arch = "x86_64")]
-    if integer_dot() {
-        return vnni::q4_layout(&packed, d_out, d_in);
+    if let Some(isa) = dot_isa() {
+        return integer_dot::q4_layout(isa, &packed, d_out, d_in);
     }
     let _ = (d_out, d_in);
     packed
@@ -91,12 +89,12 @@ pub fn unit_lower_inverse<T: Float + Send + Sync>(a: &[T], n: usize) -> Vec<T> {
 
 /// `round(x) [n, d_in] · Wᵀ -> [n, d_out]` for `W [d_out, d_in]` in Q8_0 blocks (`values` in
 /// [`q8_layout`], `scales [d_out, d_in / 32]`), the activations rounded to `planes` of 8-bit
-/// blocks ([`round_activations`]): the integer dot of [`vnni`] where the CPU has it, else
-/// [`dequantized_q8_matmul`] on the rounded activations.
+/// blocks ([`round_activations`]): the [`integer_dot`] where the CPU has one (x86-64 with AVX2),
+/// else [`dequantized_q8_matmul`] on the rounded activations.
 pub fn q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usize, d_in: usize, planes: ActivationPlanes) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
-    if integer_dot() {
-        return vnni::q8_matmul(x, n, values, scales, d_out, d_in, planes);
+    if let Some(isa) = dot_isa() {
+        return integer_dot::q8_matmul(isa, x, n, values, scales, d_out, d_in, planes);
     }
     let x = round_activations(x, d_in, planes);
     dequantized_q8_matmul(&x, n, values, scales, d_out, d_in)
@@ -106,8 +104,8 @@ pub fn q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usiz
 /// activations rounded to [`Q4_ACTIVATION_PLANES`].
 pub fn q4_matmul(x: &[f32], n: usize, packed: &[u8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
-    if integer_dot() {
-        return vnni::q4_matmul(x, n, packed, scales, d_out, d_in);
+    if let Some(isa) = dot_isa() {
+        return integer_dot::q4_matmul(isa, x, n, packed, scales, d_out, d_in);
     }
     let x = round_activations(x, d_in, Q4_ACTIVATION_PLANES);
     dequantized_q4_matmul(&x, n, packed, scales, d_out, d_in)

@@ -1,0 +1,90 @@
+//! The integer dot with AVX2: `vpmaddubsw` multiplies 32 unsigned bytes by 32 signed bytes and
+//! adds each adjacent two products into an i16, and `vpmaddwd` by ones adds those in pairs into 8
+//! i32 lanes, so two instructions add a step of 4 inputs to 8 weight rows' outputs (the sequence
+//! llama.cpp's AVX2 dot products use, `mul_sum_i8_pairs` in `ggml-cpu/arch/x86/quants.c`).
+//!
+//! The i16 sums saturate past 32,767, so the unsigned operand must stay small. Q4_0's nibbles
+//! `q = w + 8` are at most 15: they are that operand, and a lane starts from `-8 Σ x` of its
+//! token's block, as with VNNI. Q8_0's `w + 128` would overflow, so the weight's magnitude `|w|`
+//! is the unsigned operand and its sign moves onto the activation (`vpsignb`): `|w| · sign(w) x
+//! = w x`, each pair of products at most 2 × 128 × 127 = 32,512.
+
+use std::arch::x86_64::*;
+
+use super::{Activations, Format, Group};
+use crate::Q8_BLOCK;
+
+pub(super) struct Kernel;
+
+impl super::Kernel for Kernel {
+    const GROUP: usize = 8;
+    /// 4 of the 16 registers hold the f32 sums and up to 4 the i32 dots, leaving the weights,
+    /// their magnitudes, the broadcast activations and a product.
+    const TILE: usize = 4;
+
+    fn available() -> bool {
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn round_block(block: &[f32], values: &mut [i8], scales: &mut [f32], sums: &mut [i32]) {
+        super::round_block(block, values, scales, sums)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn tile<F: Format, const PLANES: usize, const C: usize>(group: &Group, x: &Activations<PLANES>, token: usize, out: *mut f32, d_out: usize) {
+        // Lanes `0..rows` (all lanes but in a weight's last group).
+        let lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(group.rows as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        let ones = _mm256_set1_epi16(1);
+        let pair_bytes = group.rows * F::PAIR_BYTES;
+        let load = |at: *const u8| {
+            // SAFETY: the caller's (below): `at` holds `rows × 4` bytes; masked-off lanes are not
+            // read (no fault) and are zero.
+            unsafe { if group.full { _mm256_loadu_si256(at.cast()) } else { _mm256_maskload_epi32(at.cast(), lanes) } }
+        };
+        let mut sums = [_mm256_setzero_ps(); C];
+        for b in 0..x.blocks {
+            let mut dots: [[__m256i; C]; PLANES] = std::array::from_fn(|p| {
+                std::array::from_fn(|j| if F::NIBBLES { _mm256_set1_epi32(-8 * x.sums[x.at(token + j, b, p)]) } else { _mm256_setzero_si256() })
+            });
+            for pair in 0..Q8_BLOCK / 8 {
+                // SAFETY: the group holds `rows × PAIR_BYTES` bytes for each pair of steps.
+                let at = unsafe { group.weights.as_ptr().add((b * Q8_BLOCK / 8 + pair) * pair_bytes) };
+                let steps = if F::NIBBLES {
+                    let (bytes, nibble) = (load(at), _mm256_set1_epi8(15));
+                    [_mm256_and_si256(bytes, nibble), _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble)]
+                } else {
+                    // SAFETY: the pair's second step follows the first's `rows × 4` bytes.
+                    [load(at), load(unsafe { at.add(group.rows * 4) })]
+                };
+                for (s, w) in steps.into_iter().enumerate() {
+                    let magnitude = if F::NIBBLES { w } else { _mm256_abs_epi8(w) };
+                    for (p, dots) in dots.iter_mut().enumerate() {
+                        for (j, dot) in dots.iter_mut().enumerate() {
+                            // SAFETY: token `token + j < n`, block `b`, plane `p` and step `2 pair
+                            // + s < 8` are within the activations.
+                            let four = _mm256_set1_epi32(unsafe { x.four(token + j, b, p, 2 * pair + s).read_unaligned() });
+                            let signed = if F::NIBBLES { four } else { _mm256_sign_epi8(four, w) };
+                            *dot = _mm256_add_epi32(*dot, _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, signed), ones));
+                        }
+                    }
+                }
+            }
+            // SAFETY: `scales` holds 8 lanes for each block.
+            let weight_scales = unsafe { _mm256_loadu_ps(group.scales.as_ptr().add(b * Self::GROUP)) };
+            for (p, dots) in dots.into_iter().enumerate() {
+                for (j, (sum, dot)) in sums.iter_mut().zip(dots).enumerate() {
+                    let scale = _mm256_mul_ps(weight_scales, _mm256_set1_ps(x.scales[x.at(token + j, b, p)]));
+                    *sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, *sum);
+                }
+            }
+        }
+        for (j, sum) in sums.into_iter().enumerate() {
+            // SAFETY: the caller's `out` plus token `j`'s row holds the group's `rows` columns.
+            unsafe {
+                let at = out.add(j * d_out);
+                if group.full { _mm256_storeu_ps(at, sum) } else { _mm256_maskstore_ps(at, lanes, sum) }
+            }
+        }
+    }
+}

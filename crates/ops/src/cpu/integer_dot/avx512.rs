@@ -1,0 +1,86 @@
+//! The integer dot with AVX-512 VNNI: `vpdpbusd` multiplies 64 unsigned bytes by 64 signed
+//! bytes and adds each run of four products into one of 16 i32 lanes, so one instruction adds a
+//! step of 4 inputs to 16 weight rows' outputs.
+//!
+//! The weights are the unsigned operand, read as `w + bias`: Q8_0's i8 with the top bit flipped
+//! (bias 128), Q4_0's nibbles as they are (bias 8). A lane thus gets `Σ (w + bias) x = Σ w x +
+//! bias Σ x` and starts from `-bias Σ x` of its token's block.
+
+use std::arch::x86_64::*;
+
+use super::{Activations, Format, Group};
+use crate::Q8_BLOCK;
+
+pub(super) struct Kernel;
+
+impl super::Kernel for Kernel {
+    const GROUP: usize = 16;
+    /// 8 of the 32 registers hold the f32 sums and up to 16 the i32 dots.
+    const TILE: usize = 8;
+
+    fn available() -> bool {
+        is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vnni")
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn round_block(block: &[f32], values: &mut [i8], scales: &mut [f32], sums: &mut [i32]) {
+        super::round_block(block, values, scales, sums)
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn tile<F: Format, const PLANES: usize, const C: usize>(group: &Group, x: &Activations<PLANES>, token: usize, out: *mut f32, d_out: usize) {
+        let bias: i32 = if F::NIBBLES { 8 } else { 128 };
+        let byte_mask: u64 = if group.full { !0 } else { (1u64 << (group.rows * 4)) - 1 };
+        let lane_mask: u16 = if group.full { !0 } else { (1u16 << group.rows) - 1 };
+        let pair_bytes = group.rows * F::PAIR_BYTES;
+        let mut sums = [_mm512_setzero_ps(); C];
+        for b in 0..x.blocks {
+            let mut dots: [[__m512i; C]; PLANES] = std::array::from_fn(|p| std::array::from_fn(|j| _mm512_set1_epi32(-bias * x.sums[x.at(token + j, b, p)])));
+            for pair in 0..Q8_BLOCK / 8 {
+                // SAFETY: the group holds `rows × PAIR_BYTES` bytes for each pair of steps.
+                let w = unsafe { pair_of::<F>(group.weights.as_ptr().add((b * Q8_BLOCK / 8 + pair) * pair_bytes), group.rows, byte_mask) };
+                for (p, dots) in dots.iter_mut().enumerate() {
+                    for (j, dot) in dots.iter_mut().enumerate() {
+                        // SAFETY: token `token + j < n`, block `b`, plane `p`, steps `2 pair`
+                        // and `2 pair + 1` are within the activations.
+                        let [first, second] = unsafe { [x.four(token + j, b, p, 2 * pair).read_unaligned(), x.four(token + j, b, p, 2 * pair + 1).read_unaligned()] };
+                        *dot = _mm512_dpbusd_epi32(*dot, w[0], _mm512_set1_epi32(first));
+                        *dot = _mm512_dpbusd_epi32(*dot, w[1], _mm512_set1_epi32(second));
+                    }
+                }
+            }
+            // SAFETY: `scales` holds 16 lanes for each block.
+            let weight_scales = unsafe { _mm512_loadu_ps(group.scales.as_ptr().add(b * Self::GROUP)) };
+            for (p, dots) in dots.into_iter().enumerate() {
+                for (j, (sum, dot)) in sums.iter_mut().zip(dots).enumerate() {
+                    let scale = _mm512_mul_ps(weight_scales, _mm512_set1_ps(x.scales[x.at(token + j, b, p)]));
+                    *sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, *sum);
+                }
+            }
+        }
+        for (j, sum) in sums.into_iter().enumerate() {
+            // SAFETY: the caller's `out` plus token `j`'s row holds the group's `rows` columns.
+            unsafe { _mm512_mask_storeu_ps(out.add(j * d_out), lane_mask, sum) };
+        }
+    }
+}
+
+/// The two steps' weights of a group of `rows` rows at `at` (`rows × PAIR_BYTES` bytes; `mask`
+/// selects each step's `rows × 4` bytes) as unsigned bytes `w + bias`, one register a step.
+///
+/// # Safety
+/// The CPU has AVX-512BW and `at` holds the group's bytes of this pair.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn pair_of<F: Format>(at: *const u8, rows: usize, mask: u64) -> [__m512i; 2] {
+    // SAFETY: the caller's; masked-off bytes are not read (no fault) and are zero.
+    if F::NIBBLES {
+        let bytes = unsafe { _mm512_maskz_loadu_epi8(mask, at.cast()) };
+        let nibble = _mm512_set1_epi8(15);
+        [_mm512_and_si512(bytes, nibble), _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibble)]
+    } else {
+        let flip = _mm512_set1_epi8(i8::MIN);
+        let (first, second) = unsafe { (_mm512_maskz_loadu_epi8(mask, at.cast()), _mm512_maskz_loadu_epi8(mask, at.add(rows * 4).cast())) };
+        [_mm512_xor_si512(first, flip), _mm512_xor_si512(second, flip)]
+    }
+}

@@ -1,0 +1,331 @@
+//! The Q8_0 and Q4_0 matmuls as an integer dot on x86-64: 8-bit products summed in i32 lanes,
+//! one lane per weight row, with AVX-512 VNNI ([`avx512`]: `vpdpbusd`, 16 lanes) where the CPU
+//! has it, else with AVX2 ([`avx2`]: `vpmaddubsw` then `vpmaddwd`, 8 lanes), which every x86-64
+//! CPU of the last ten years has (and the one a virtual machine may be left with when its host
+//! hides AVX-512).
+//!
+//! The layouts ([`q8_layout`], [`q4_layout`]) make the lanes weight rows: in each group of rows
+//! (16 or 8, [`DotIsa::group`]), the rows' 4 values of inputs `k..k+4` lie side by side, so one
+//! register of weights times a token's 4 activation bytes broadcast to every lane adds 4 inputs'
+//! products to a group's outputs. Eight such steps cover a block of 32 inputs; the block's
+//! integer sums are then scaled (weight scale × activation scale) into f32 accumulators. The f32
+//! work is thus one step per 8 integer steps, where a dot product per output (llama.cpp's
+//! `ggml_vec_dot_q8_0_q8_0`) pays it every step. Activations rounded to two planes
+//! ([`crate::ActivationPlanes`]) take one product per plane on the same weight registers.
+//!
+//! Signs: both instructions want one operand unsigned. Each kernel says how it reads the weights
+//! ([`avx512`] as unsigned bytes `w + bias`, a lane then starting from `-bias Σ x` of its
+//! token's block; [`avx2`] as `|w|`, the sign moved onto the activation, for Q8_0); Q4_0's
+//! nibbles are `q = w + 8`, unsigned already, for both.
+
+use half::f16;
+use rayon::prelude::*;
+
+use crate::{ActivationPlanes, Q4_ACTIVATION_PLANES, Q4_BLOCK, Q8_BLOCK};
+
+mod avx2;
+mod avx512;
+
+/// An integer-dot kernel, by the instructions it runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DotIsa {
+    /// AVX-512 VNNI (with AVX-512BW): Intel Xeon since Cascade Lake and Core since Ice Lake, AMD
+    /// since Zen 4.
+    Avx512Vnni,
+    /// AVX2 (with FMA): Intel since Haswell, AMD since Zen.
+    Avx2,
+}
+
+impl DotIsa {
+    /// Every kernel, fastest first.
+    pub const ALL: [DotIsa; 2] = [DotIsa::Avx512Vnni, DotIsa::Avx2];
+
+    /// The fastest this CPU runs, if any (checked once by the standard library, then cached).
+    pub fn best() -> Option<DotIsa> {
+        Self::ALL.into_iter().find(|isa| isa.available())
+    }
+
+    /// Whether this CPU runs it.
+    pub fn available(self) -> bool {
+        match self {
+            DotIsa::Avx512Vnni => avx512::Kernel::available(),
+            DotIsa::Avx2 => avx2::Kernel::available(),
+        }
+    }
+
+    /// Weight rows per group: the i32 lanes of its registers, and so its layouts' interleave.
+    pub fn group(self) -> usize {
+        match self {
+            DotIsa::Avx512Vnni => avx512::Kernel::GROUP,
+            DotIsa::Avx2 => avx2::Kernel::GROUP,
+        }
+    }
+}
+
+/// The values of each weight `[d_out, d_in]` of a stack regrouped as `isa`'s Q8_0 kernel reads
+/// them: for each group of [`DotIsa::group`] rows (the last may have fewer, `r`), for each `k`
+/// step of 4 inputs, `r × 4` bytes (row by row, 4 inputs each). A permutation: the same values,
+/// the same count.
+pub fn q8_layout(isa: DotIsa, values: &[i8], d_out: usize, d_in: usize) -> Vec<i8> {
+    regroup(isa.group(), values, d_out, d_in, |grouped, rows, width| {
+        for (r, row) in rows.chunks_exact(d_in).enumerate() {
+            for (step, four) in row.chunks_exact(4).enumerate() {
+                grouped[step * width * 4 + r * 4..][..4].copy_from_slice(four);
+            }
+        }
+    })
+}
+
+/// The packed bytes of each Q4_0 weight `[d_out, d_in / 2]` of a stack regrouped as `isa`'s
+/// Q4_0 kernel reads them: for each group of [`DotIsa::group`] rows (the last may have fewer,
+/// `r`), for each pair of `k` steps (8 inputs), `r × 4` bytes (row by row): byte `i` holds input
+/// `8 p + i` in its low nibble and input `8 p + 4 + i` in its high one. The same values, the
+/// same count of bytes.
+pub fn q4_layout(isa: DotIsa, packed: &[u8], d_out: usize, d_in: usize) -> Vec<u8> {
+    let row_bytes = d_in / 2;
+    regroup(isa.group(), packed, d_out, row_bytes, |grouped, rows, width| {
+        const HALF: usize = Q4_BLOCK / 2;
+        for (r, row) in rows.chunks_exact(row_bytes).enumerate() {
+            // Input `i` of the row: in block `i / 32`, byte `i % 16`, low nibble for the first 16.
+            let value = |i: usize| {
+                let byte = row[i / Q4_BLOCK * HALF + i % HALF];
+                if i % Q4_BLOCK < HALF { byte & 15 } else { byte >> 4 }
+            };
+            for pair in 0..d_in / 8 {
+                for k in 0..4 {
+                    grouped[pair * width * 4 + r * 4 + k] = value(8 * pair + k) | (value(8 * pair + 4 + k) << 4);
+                }
+            }
+        }
+    })
+}
+
+/// Applies `fill(grouped, rows, width)` to each group of up to `group` rows (`width` of them) of
+/// each weight `[d_out, _]` of a stack held as `row_bytes` elements a row; in parallel over
+/// groups, which never cross a weight.
+fn regroup<T: Copy + Default + Send + Sync>(group: usize, values: &[T], d_out: usize, row_bytes: usize, fill: impl Fn(&mut [T], &[T], usize) + Sync) -> Vec<T> {
+    let mut grouped = vec![T::default(); values.len()];
+    if values.is_empty() || row_bytes == 0 {
+        return grouped;
+    }
+    let weight = d_out * row_bytes;
+    debug_assert_eq!(values.len() % weight, 0);
+    let weights = grouped.par_chunks_mut(weight).zip(values.par_chunks(weight));
+    weights
+        .flat_map(|(grouped, weight)| grouped.par_chunks_mut(group * row_bytes).zip(weight.par_chunks(group * row_bytes)))
+        .for_each(|(grouped, rows)| fill(grouped, rows, rows.len() / row_bytes));
+    grouped
+}
+
+/// `round(x) [n, d_in] · Wᵀ -> [n, d_out]`: `W` as Q8_0 `values` in `isa`'s [`q8_layout`] and
+/// `scales [d_out, d_in / 32]`, `x` rounded here to `planes` ([`crate::round_activations`],
+/// compiled for the kernel's instructions). Parallel over groups of weight rows; each group's
+/// values are read once per tile of tokens.
+///
+/// # Panics
+/// If the CPU lacks the instructions ([`DotIsa::available`]) or the lengths do not match the
+/// shape.
+#[allow(clippy::too_many_arguments)]
+pub fn q8_matmul(isa: DotIsa, x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usize, d_in: usize, planes: ActivationPlanes) -> Vec<f32> {
+    // SAFETY: i8 and u8 have the same size and alignment.
+    let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), values.len()) };
+    match (isa, planes) {
+        (DotIsa::Avx512Vnni, ActivationPlanes::One) => matmul::<avx512::Kernel, Q8, 1>(x, n, bytes, scales, d_out, d_in),
+        (DotIsa::Avx512Vnni, ActivationPlanes::Two) => matmul::<avx512::Kernel, Q8, 2>(x, n, bytes, scales, d_out, d_in),
+        (DotIsa::Avx2, ActivationPlanes::One) => matmul::<avx2::Kernel, Q8, 1>(x, n, bytes, scales, d_out, d_in),
+        (DotIsa::Avx2, ActivationPlanes::Two) => matmul::<avx2::Kernel, Q8, 2>(x, n, bytes, scales, d_out, d_in),
+    }
+}
+
+/// [`q8_matmul`] for Q4_0: `W` as packed bytes `[d_out, d_in / 2]` in `isa`'s [`q4_layout`],
+/// `x` rounded to [`Q4_ACTIVATION_PLANES`].
+///
+/// # Panics
+/// As [`q8_matmul`].
+pub fn q4_matmul(isa: DotIsa, x: &[f32], n: usize, packed: &[u8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
+    const PLANES: usize = Q4_ACTIVATION_PLANES.count();
+    match isa {
+        DotIsa::Avx512Vnni => matmul::<avx512::Kernel, Q4, PLANES>(x, n, packed, scales, d_out, d_in),
+        DotIsa::Avx2 => matmul::<avx2::Kernel, Q4, PLANES>(x, n, packed, scales, d_out, d_in),
+    }
+}
+
+/// A block format's weight bytes, as the kernels read them: each row's bytes for 8 inputs (two
+/// `k` steps).
+trait Format {
+    /// Two 4-bit values a byte (Q4_0: `q = w + 8`, the first step in the low nibbles), else one
+    /// signed byte a value, step after step (Q8_0).
+    const NIBBLES: bool;
+    /// Bytes a row holds for 8 inputs.
+    const PAIR_BYTES: usize = if Self::NIBBLES { 4 } else { 8 };
+}
+
+/// Q8_0.
+struct Q8;
+impl Format for Q8 {
+    const NIBBLES: bool = false;
+}
+
+/// Q4_0.
+struct Q4;
+impl Format for Q4 {
+    const NIBBLES: bool = true;
+}
+
+/// The instructions one kernel is compiled for: its group and tile sizes, and its tile.
+trait Kernel {
+    /// Weight rows per group: the i32 lanes of a register.
+    const GROUP: usize;
+    /// Tokens times activation planes per tile: the accumulators (an f32 register per token and
+    /// an i32 one per token and plane) and the step's operands fit in the registers.
+    const TILE: usize;
+
+    /// Whether this CPU runs the kernel.
+    fn available() -> bool;
+
+    /// One block of activations rounded into its planes (values, scales) and each plane's sum of
+    /// values, compiled for the kernel's instructions (where the rounding vectorises).
+    ///
+    /// # Safety
+    /// The CPU runs the kernel ([`Kernel::available`]).
+    unsafe fn round_block(block: &[f32], values: &mut [i8], scales: &mut [f32], sums: &mut [i32]);
+
+    /// Outputs of one group for `C` tokens from `token`, written to `out + j * d_out` for token
+    /// `j`.
+    ///
+    /// # Safety
+    /// The CPU runs the kernel; tokens `token..token + C` are in `x`; `out` plus each token's
+    /// row holds the group's columns.
+    unsafe fn tile<F: Format, const PLANES: usize, const C: usize>(group: &Group, x: &Activations<PLANES>, token: usize, out: *mut f32, d_out: usize);
+}
+
+/// Rounds each block of `x [n, d_in]` (its planes, their scales and value sums) as `planes`
+/// blocks: the activations every group of a product reads.
+fn round_activations<K: Kernel, const PLANES: usize>(x: &[f32], n: usize, d_in: usize) -> (Vec<i8>, Vec<f32>, Vec<i32>) {
+    let count = n * (d_in / Q8_BLOCK) * PLANES;
+    let (mut xq, mut xs, mut sums) = (vec![0i8; count * Q8_BLOCK], vec![0f32; count], vec![0i32; count]);
+    let rounded = xq.par_chunks_mut(Q8_BLOCK * PLANES).zip(xs.par_chunks_mut(PLANES)).zip(sums.par_chunks_mut(PLANES));
+    // SAFETY: the callers check `K::available()`.
+    rounded.zip(x.par_chunks(Q8_BLOCK)).for_each(|(((values, scales), sums), block)| unsafe { K::round_block(block, values, scales, sums) });
+    (xq, xs, sums)
+}
+
+/// The rounding of [`Kernel::round_block`], the same for every kernel (each compiles it for its
+/// own instructions).
+fn round_block(block: &[f32], values: &mut [i8], scales: &mut [f32], sums: &mut [i32]) {
+    crate::q8_matmul::round_activation_planes(block, values, scales);
+    for (sum, plane) in sums.iter_mut().zip(values.chunks_exact(Q8_BLOCK)) {
+        *sum = plane.iter().map(|&v| v as i32).sum::<i32>();
+    }
+}
+
+fn matmul<K: Kernel, F: Format, const PLANES: usize>(x: &[f32], n: usize, weights: &[u8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
+    assert!(K::available(), "integer_dot::matmul: this CPU does not run the kernel");
+    let blocks = d_in / Q8_BLOCK;
+    let row_bytes = d_in / 8 * F::PAIR_BYTES;
+    assert!(
+        d_in % Q8_BLOCK == 0 && x.len() == n * d_in && weights.len() == d_out * row_bytes && scales.len() == d_out * blocks,
+        "integer_dot::matmul: lengths do not match [{n}, {d_in}] x [{d_out}, {d_in}]"
+    );
+    let mut out = vec![0f32; n * d_out];
+    if n == 0 || d_out == 0 || d_in == 0 {
+        return out;
+    }
+    let (values, xs, sums) = round_activations::<K, PLANES>(x, n, d_in);
+    let activations = Activations::<PLANES> { values: &values, scales: &xs, sums: &sums, blocks };
+    let out_ptr = OutPtr(out.as_mut_ptr());
+    weights.par_chunks(K::GROUP * row_bytes).enumerate().for_each(|(group, weights)| {
+        let rows = weights.len() / row_bytes;
+        let first = group * K::GROUP;
+        // The group's scales in f32 block by block, a lane each (zero past the last row).
+        let mut group_scales = vec![0f32; blocks * K::GROUP];
+        for (r, row) in scales[first * blocks..(first + rows) * blocks].chunks_exact(blocks).enumerate() {
+            for (b, &d) in row.iter().enumerate() {
+                group_scales[b * K::GROUP + r] = d.to_f32();
+            }
+        }
+        let group = Group { weights, rows, full: rows == K::GROUP, scales: &group_scales };
+        let mut token = 0;
+        while token < n {
+            let tokens = (n - token).min(K::TILE / PLANES);
+            // SAFETY: `K::available()` was checked above. The tile writes outputs `first..first
+            // + rows` of its tokens' rows of `out [n, d_out]`: in bounds, and no other task
+            // writes these columns.
+            unsafe {
+                let out = out_ptr.at(token * d_out + first);
+                match tokens {
+                    8 => K::tile::<F, PLANES, 8>(&group, &activations, token, out, d_out),
+                    7 => K::tile::<F, PLANES, 7>(&group, &activations, token, out, d_out),
+                    6 => K::tile::<F, PLANES, 6>(&group, &activations, token, out, d_out),
+                    5 => K::tile::<F, PLANES, 5>(&group, &activations, token, out, d_out),
+                    4 => K::tile::<F, PLANES, 4>(&group, &activations, token, out, d_out),
+                    3 => K::tile::<F, PLANES, 3>(&group, &activations, token, out, d_out),
+                    2 => K::tile::<F, PLANES, 2>(&group, &activations, token, out, d_out),
+                    _ => K::tile::<F, PLANES, 1>(&group, &activations, token, out, d_out),
+                }
+            }
+            token += tokens;
+        }
+    });
+    out
+}
+
+/// The output's start, shared by the tasks, which write disjoint columns.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: see `matmul`: each task writes only its own group's columns.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// # Safety
+    /// `offset` is within the output.
+    unsafe fn at(self, offset: usize) -> *mut f32 {
+        // SAFETY: the caller's.
+        unsafe { self.0.add(offset) }
+    }
+}
+
+/// One group of up to [`Kernel::GROUP`] weight rows.
+struct Group<'a> {
+    /// The rows' bytes in their format's layout.
+    weights: &'a [u8],
+    rows: usize,
+    /// Whether the group has all its rows (only a weight's last group may have fewer).
+    full: bool,
+    /// `[blocks, GROUP]`: block `b`'s scale of each row.
+    scales: &'a [f32],
+}
+
+/// The activations `[n, d_in]` rounded to `PLANES` planes, block by block: for each token's
+/// block, each plane's 32 values, scale and value sum.
+struct Activations<'a, const PLANES: usize> {
+    /// `[n, blocks, PLANES, 32]`.
+    values: &'a [i8],
+    /// `[n, blocks, PLANES]`.
+    scales: &'a [f32],
+    /// `[n, blocks, PLANES]`.
+    sums: &'a [i32],
+    blocks: usize,
+}
+
+impl<const PLANES: usize> Activations<'_, PLANES> {
+    /// Token `token`'s block `b`, plane `p`: its index in `scales` and `sums` (× 32 in `values`).
+    #[inline(always)]
+    fn at(&self, token: usize, b: usize, p: usize) -> usize {
+        (token * self.blocks + b) * PLANES + p
+    }
+
+    /// Where the 4 values of step `step` (inputs `4 step..4 step + 4`) of token `token`'s block
+    /// `b`, plane `p` start: read as one i32 and broadcast straight from memory, an operand of
+    /// the product (read into a register first, they cost an instruction each, and the AVX-512
+    /// kernel ran at half the speed).
+    ///
+    /// # Safety
+    /// `token`, `b`, `p` and `step < 8` are within the activations.
+    #[inline(always)]
+    unsafe fn four(&self, token: usize, b: usize, p: usize, step: usize) -> *const i32 {
+        // SAFETY: the caller's.
+        unsafe { self.values.as_ptr().add(self.at(token, b, p) * Q8_BLOCK + step * 4).cast() }
+    }
+}
