@@ -47,7 +47,9 @@ impl super::Kernel for Kernel {
             let mut dots: [[__m256i; C]; PLANES] = std::array::from_fn(|p| {
                 std::array::from_fn(|j| if F::NIBBLES { _mm256_set1_epi32(-8 * x.sums[x.at(token + j, b, p)]) } else { _mm256_setzero_si256() })
             });
-            for pair in 0..Q8_BLOCK / 8 {
+            // A loop, not 4 copies: unrolled, the compiler loaded all 8 steps' weights ahead and
+            // spilled them to the stack (16 registers only).
+            for pair in 0..std::hint::black_box(Q8_BLOCK / 8) {
                 // SAFETY: the group holds `rows × PAIR_BYTES` bytes for each pair of steps.
                 let at = unsafe { group.weights.as_ptr().add((b * Q8_BLOCK / 8 + pair) * pair_bytes) };
                 let steps = if F::NIBBLES {

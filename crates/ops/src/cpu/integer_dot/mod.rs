@@ -210,8 +210,10 @@ fn round_activations<K: Kernel, const PLANES: usize>(x: &[f32], n: usize, d_in: 
     (xq, xs, sums)
 }
 
-/// The rounding of [`Kernel::round_block`], the same for every kernel (each compiles it for its
-/// own instructions).
+/// The rounding of [`Kernel::round_block`], the same for every kernel: always inlined, so that
+/// each compiles it for its own instructions (called, it ran for the baseline x86-64, a libm
+/// `rintf` call a value).
+#[inline(always)]
 fn round_block(block: &[f32], values: &mut [i8], scales: &mut [f32], sums: &mut [i32]) {
     crate::q8_matmul::round_activation_planes(block, values, scales);
     for (sum, plane) in sums.iter_mut().zip(values.chunks_exact(Q8_BLOCK)) {
