@@ -8,6 +8,7 @@ pub mod cpu;
 mod dense_matmul;
 mod expert_count;
 mod gated_delta_rule;
+mod gating;
 mod half_matmul;
 mod q4_matmul;
 mod q8_matmul;
@@ -19,6 +20,7 @@ pub use block_storage::{BlockInts, BlockStorage, q4_bytes_f32};
 pub use dense_matmul::{DenseMatmul, dense_matmul, grouped_matmul};
 pub use expert_count::{ExpertCount, expert_count};
 pub use gated_delta_rule::{GatedDeltaRule, gated_delta_rule};
+pub use gating::{Gating, sigmoid, silu};
 pub(crate) use half_matmul::half_patterns_f32;
 pub use half_matmul::{
     Half, HalfMatmul, grouped_half_float_matmul, grouped_half_matmul, half_bits, half_bits_f32, half_float_matmul, half_floats, half_matmul, holds_half_floats,

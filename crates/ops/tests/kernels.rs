@@ -4,15 +4,15 @@
 
 use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
 use decider_ops::{
-    DenseMatmul, ExpertCount, GatedDeltaRule, Half, HalfMatmul, ActivationPlanes, BlockInts, Q4_ACTIVATION_PLANES, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, UnitLowerInverse, block_scales, block_scales_f32, dense_matmul,
+    DenseMatmul, Gating, sigmoid, silu, ExpertCount, GatedDeltaRule, Half, HalfMatmul, ActivationPlanes, BlockInts, Q4_ACTIVATION_PLANES, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, UnitLowerInverse, block_scales, block_scales_f32, dense_matmul,
     dequantize_q4, dequantize_q8, expert_count, gated_delta_rule, generic, grouped_half_float_matmul, grouped_half_matmul, grouped_matmul, grouped_q4_matmul, grouped_q8_matmul, half_bits,
     half_bits_f32, half_float_matmul, half_floats, half_matmul, holds_half_floats, q4_matmul, q4_rows, q4_values, q8_matmul, q8_rows, q8_values, q8_values_f32, quantize_q4, quantize_q8, reference, unit_lower_inverse,
 };
 use half::{bf16, f16};
 
 /// Every extension of this crate.
-trait Ops: ExpertCount + UnitLowerInverse + Q8Matmul + Q4Matmul + HalfMatmul + DenseMatmul + GatedDeltaRule {}
-impl<B: ExpertCount + UnitLowerInverse + Q8Matmul + Q4Matmul + HalfMatmul + DenseMatmul + GatedDeltaRule> Ops for B {}
+trait Ops: ExpertCount + UnitLowerInverse + Q8Matmul + Q4Matmul + HalfMatmul + DenseMatmul + GatedDeltaRule + Gating {}
+impl<B: ExpertCount + UnitLowerInverse + Q8Matmul + Q4Matmul + HalfMatmul + DenseMatmul + GatedDeltaRule + Gating> Ops for B {}
 
 /// A tiny deterministic generator (xorshift), so the tests need no RNG crate.
 struct Rng(u64);
@@ -680,6 +680,33 @@ fn check_delta_rule<B: Ops>(device: &B::Device) {
     }
 }
 
+/// `sigmoid` and `silu` against their definitions in f64, on a `[2, 3, len]` tensor (rank 3, so
+/// the shape must survive) of values from -100 to 100 (past `exp`'s f32 range both ways), zeros of
+/// both signs, tiny values and more values than one parallel task takes.
+fn check_gating<B: Ops>(device: &B::Device) {
+    let mut rng = Rng(53);
+    let len = 6_000;
+    let mut x: Vec<f32> = (0..6 * len).map(|_| 200.0 * rng.next_f32() - 100.0).collect();
+    x[..8].copy_from_slice(&[0.0, -0.0, 1e-30, -1e-30, 88.0, -88.0, 100.0, -100.0]);
+    let x_t = Tensor::<B, 3>::from_data(TensorData::new(x.clone(), [2, 3, len]), device);
+    let sigmoid_of = |v: f32| 1.0 / (1.0 + (-(v as f64)).exp());
+    let cases: [(&str, Tensor<B, 3>, &dyn Fn(f32) -> f64); 2] =
+        [("sigmoid", sigmoid(x_t.clone()), &sigmoid_of), ("silu", silu(x_t), &|v: f32| v as f64 * sigmoid_of(v))];
+    for (name, out, definition) in cases {
+        assert_eq!(out.dims(), [2, 3, len], "{name}");
+        let out: Vec<f32> = out.into_data().convert::<f32>().to_vec().unwrap();
+        for (k, (&got, &v)) in out.iter().zip(&x).enumerate() {
+            // Within a few roundings of an `exp` whose argument has the size of `x`: burn's
+            // default form, `exp(-log(1 + exp(-x)))`, rounds `log(..)` to f32 first, an error of
+            // `|x| ε` relative in the result. Below -88, `exp(-x)` overflows f32 and the gates give
+            // 0 where the exact values are still above f32's smallest (at most 88 e^-88, 3e-37).
+            let e = definition(v);
+            let bound = (2.0 + v.abs() as f64) * f32::EPSILON as f64 * e.abs();
+            assert!((got as f64 - e).abs() <= bound + 3e-37, "{name}({v}), entry {k}: {got} vs {e}");
+        }
+    }
+}
+
 /// `(n, d_in, d_out)`: no tokens, one of everything, a wide output, a 2B-model width, a long row.
 const DENSE_SHAPES: [(usize, usize, usize); 6] = [(0, 4, 3), (1, 1, 1), (3, 5, 257), (7, 33, 65), (130, 2048, 96), (1, 4096, 5)];
 
@@ -949,6 +976,11 @@ macro_rules! backend_suite {
         #[test]
         fn inverse_of_an_empty_batch_is_empty() {
             check_empty_batch::<B>(&Default::default());
+        }
+
+        #[test]
+        fn sigmoid_and_silu_match_their_definitions() {
+            check_gating::<B>(&Default::default());
         }
 
         #[test]

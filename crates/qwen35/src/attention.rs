@@ -3,7 +3,7 @@
 
 use burn::config::Config;
 use burn::module::Module;
-use burn::tensor::activation::sigmoid;
+use decider_ops::{Gating, sigmoid};
 use burn::tensor::{Bool, Int, Tensor, backend::Backend};
 
 
@@ -60,7 +60,7 @@ impl GatedAttentionConfig {
     }
 }
 
-impl<B: ProjectionOps> GatedAttention<B> {
+impl<B: ProjectionOps + Gating> GatedAttention<B> {
     /// `x`: `[batch, len, hidden]` at positions `past.len()..past.len() + len`; `cos`/`sin`: RoPE
     /// tables for those positions; `key_block`: keys per step of the online softmax. Returns
     /// the output and the cache extended by these tokens (one more block).

@@ -3,7 +3,7 @@
 use burn::config::Config;
 use burn::module::{Initializer, Module, Param};
 use burn::nn::{Linear, LinearConfig};
-use burn::tensor::activation::{sigmoid, silu};
+use decider_ops::{Gating, sigmoid, silu};
 use burn::tensor::{Tensor, backend::Backend};
 use decider_ops::GatedDeltaRule;
 
@@ -89,7 +89,7 @@ impl GatedDeltaNetConfig {
     }
 }
 
-impl<B: GatedDeltaRule + ProjectionOps> GatedDeltaNet<B> {
+impl<B: GatedDeltaRule + ProjectionOps + Gating> GatedDeltaNet<B> {
     /// `x`: `[batch, len, hidden]`, continuing from `past` if given. Returns the output and the
     /// state after these tokens. Like transformers, a single token with a past state takes the
     /// recurrent form and everything else the backend's scan ([`decider_ops::GatedDeltaRule`]).

@@ -2,7 +2,7 @@
 
 use burn::config::Config;
 use burn::module::Module;
-use burn::tensor::activation::silu;
+use decider_ops::{Gating, silu};
 use burn::tensor::{Tensor, backend::Backend};
 use crate::projection::ProjectionOps;
 
@@ -36,7 +36,7 @@ impl MlpConfig {
     }
 }
 
-impl<B: ProjectionOps> Mlp<B> {
+impl<B: ProjectionOps + Gating> Mlp<B> {
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         let gate = silu(self.gate_proj.forward(x.clone()));
         self.down_proj.forward(gate * self.up_proj.forward(x))

@@ -4,7 +4,8 @@
 use burn::config::Config;
 use burn::module::{Initializer, Module, Param};
 use burn::nn::{Linear, LinearConfig};
-use burn::tensor::activation::{sigmoid, silu, softmax};
+use burn::tensor::activation::softmax;
+use decider_ops::{Gating, sigmoid, silu};
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, backend::Backend};
 use decider_ops::{ExpertCount, Half, expert_count, grouped_matmul};
 
@@ -119,7 +120,7 @@ fn half_experts<B: Backend>(e: usize, h: usize, i: usize, half: Half, device: &B
     HalfExperts { gate_up_proj: HalfWeight::init([e, 2 * i, h], half, device), down_proj: HalfWeight::init([e, h, i], half, device) }
 }
 
-impl<B: ExpertCount + ProjectionOps> SparseMoe<B> {
+impl<B: ExpertCount + ProjectionOps + Gating> SparseMoe<B> {
     /// `x`: `[batch, len, hidden]`.
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let [batch, len, hidden] = x.dims();
@@ -189,7 +190,7 @@ impl<B: FormatOps> Experts<B> {
 
 }
 
-impl<B: ProjectionOps> Experts<B> {
+impl<B: ProjectionOps + Gating> Experts<B> {
     /// `x [rows, hidden] -> [rows, 2I]`, sorted by expert with `counts [E]` rows each: each row's
     /// expert's gate and up projections side by side.
     fn gate_up(&self, x: Tensor<B, 2>, counts: Tensor<B, 1, Int>) -> Tensor<B, 2> {

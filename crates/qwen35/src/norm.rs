@@ -2,7 +2,7 @@
 
 use burn::config::Config;
 use burn::module::{Initializer, Module, Param};
-use burn::tensor::activation::silu;
+use decider_ops::{Gating, silu};
 use burn::tensor::{Tensor, backend::Backend};
 
 /// Configuration of both norm kinds: the normalised width and epsilon.
@@ -59,7 +59,7 @@ impl<B: Backend> RmsNorm<B> {
     }
 }
 
-impl<B: Backend> GatedRmsNorm<B> {
+impl<B: Gating> GatedRmsNorm<B> {
     /// Normalises the last dimension of `x` and gates it with `silu(gate)` (same shape).
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>, gate: Tensor<B, D>) -> Tensor<B, D> {
         normalize(x, self.eps) * self.weight.val().unsqueeze::<D>() * silu(gate)

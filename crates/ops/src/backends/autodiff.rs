@@ -77,3 +77,6 @@ impl<B: crate::DenseMatmul, C: CheckpointStrategy> crate::DenseMatmul for Autodi
 /// The generic chunked form through autodiff's own ops (with the inverse's own backward), so
 /// gradients reach every input.
 impl<B: crate::GatedDeltaRule, C: CheckpointStrategy> crate::GatedDeltaRule for Autodiff<B, C> {}
+
+/// burn's forms through autodiff's own ops, so gradients pass.
+impl<B: crate::Gating, C: CheckpointStrategy> crate::Gating for Autodiff<B, C> {}

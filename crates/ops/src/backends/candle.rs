@@ -154,3 +154,6 @@ impl<F: FloatCandleElement, I: IntCandleElement> GatedDeltaRule for Candle<F, I>
         (tensor(out, [batch, len, heads, dv]), tensor(state, [batch, heads, dk, dv]))
     }
 }
+
+/// burn's forms (candle's own elementwise kernels).
+impl<F: FloatCandleElement, I: IntCandleElement> crate::Gating for Candle<F, I> {}

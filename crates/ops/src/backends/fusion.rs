@@ -76,3 +76,6 @@ impl<B: FusionBackend> crate::DenseMatmul for Fusion<B> {}
 
 /// The generic chunked form, whose tensor ops fuse like any others.
 impl<B: FusionBackend + UnitLowerInverse> crate::GatedDeltaRule for Fusion<B> {}
+
+/// burn's forms, whose elementwise ops fuse like any others.
+impl<B: FusionBackend> crate::Gating for Fusion<B> {}

@@ -6,7 +6,7 @@ use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, Int, Shape, Tensor, TensorData, TensorMetadata, TensorPrimitive};
 use half::slice::HalfBitsSliceExt;
 
-use crate::{ActivationPlanes, DenseMatmul, ExpertCount, GatedDeltaRule, Half, UnitLowerInverse, cpu, generic};
+use crate::{ActivationPlanes, DenseMatmul, ExpertCount, GatedDeltaRule, Gating, Half, UnitLowerInverse, cpu, generic};
 
 /// Calls `f` on the contiguous values of an ndarray storage (copied only if not in standard
 /// layout). Going through `TensorData` instead copies element by element whenever the array is
@@ -228,6 +228,38 @@ fn host_counts(counts: &NdArrayTensor) -> Option<Vec<usize>> {
 /// A float tensor of a backend from row-major f32 values.
 fn float_tensor<B: burn::tensor::backend::Backend, const D: usize>(values: Vec<f32>, shape: [usize; D]) -> FloatTensor<B> {
     Tensor::<B, D>::from_data(TensorData::new(values, shape), &Default::default()).into_primitive().tensor()
+}
+
+/// [`cpu::sigmoid`] and [`cpu::silu`] on f32 values read in place (one parallel pass); other
+/// dtypes take burn's forms.
+impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> Gating for NdArray<E, I, Q>
+where
+    NdArrayTensor: From<SharedArray<E>> + From<SharedArray<I>>,
+{
+    fn sigmoid(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        match &x {
+            NdArrayTensor::F32(values) => {
+                let shape = x.shape();
+                with_slice!(values, |values| shaped::<Self>(cpu::sigmoid(values), shape))
+            }
+            _ => <Self as burn::tensor::ops::ActivationOps<Self>>::sigmoid(x),
+        }
+    }
+
+    fn silu(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        match &x {
+            NdArrayTensor::F32(values) => {
+                let shape = x.shape();
+                with_slice!(values, |values| shaped::<Self>(cpu::silu(values), shape))
+            }
+            _ => <Self as burn::tensor::ops::FloatTensorOps<Self>>::float_mul(x.clone(), <Self as burn::tensor::ops::ActivationOps<Self>>::sigmoid(x)),
+        }
+    }
+}
+
+/// f32 `values` as a float tensor of any rank.
+fn shaped<B: burn::tensor::backend::Backend>(values: Vec<f32>, shape: Shape) -> FloatTensor<B> {
+    B::float_from_data(TensorData::new(values, shape), &Default::default())
 }
 
 /// [`cpu::delta_rule`] (token by token, the state in cache) on f32 inputs read in place; other

@@ -48,6 +48,29 @@ pub fn q4_layout(packed: Vec<u8>, d_out: usize, d_in: usize) -> Vec<u8> {
     packed
 }
 
+/// Values a parallel task of [`sigmoid`] and [`silu`] takes.
+const GATE_CHUNK: usize = 16 * 1024;
+
+/// `1 / (1 + exp(-x))` of each value, in one parallel pass.
+pub fn sigmoid(x: &[f32]) -> Vec<f32> {
+    gate(x, |v| 1.0 / (1.0 + (-v).exp()))
+}
+
+/// `x / (1 + exp(-x))` (SiLU) of each value, in one parallel pass.
+pub fn silu(x: &[f32]) -> Vec<f32> {
+    gate(x, |v| v / (1.0 + (-v).exp()))
+}
+
+fn gate(x: &[f32], f: impl Fn(f32) -> f32 + Sync) -> Vec<f32> {
+    let mut out = vec![0f32; x.len()];
+    out.par_chunks_mut(GATE_CHUNK).zip(x.par_chunks(GATE_CHUNK)).for_each(|(out, x)| {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = f(v);
+        }
+    });
+    out
+}
+
 /// Counts of ids in `0..num_experts`; other ids are dropped.
 pub fn expert_count(ids: impl Iterator<Item = i64>, num_experts: usize) -> Vec<i64> {
     let mut counts = vec![0i64; num_experts];

@@ -104,3 +104,6 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::Den
 
 /// The generic chunked form (its matmuls and the inverse kernel above).
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::GatedDeltaRule for CubeBackend<R, F, I, BT> {}
+
+/// burn's forms.
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::Gating for CubeBackend<R, F, I, BT> {}
