@@ -1,8 +1,8 @@
 //! Plain-Rust kernels for the CPU backends (ndarray, candle): one pass over the ids, forward
 //! substitution per matrix in parallel over the batch, sgemm on operands read in place, the
 //! grouped (per-expert) products in one parallel pass, the Q8_0 and Q4_0 matmuls as an integer
-//! dot where the CPU has one, 16-bit weights read as f32 a panel at a time, and the delta rule
-//! token by token.
+//! dot where the CPU has one, 16-bit weights read as f32 a panel at a time, the delta rule
+//! token by token, and the sigmoid and SiLU gates in one parallel pass.
 
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 use half::f16;
@@ -61,6 +61,7 @@ pub fn silu(x: &[f32]) -> Vec<f32> {
     gate(x, |v| v / (1.0 + (-v).exp()))
 }
 
+/// `f` of each value, in parallel chunks.
 fn gate(x: &[f32], f: impl Fn(f32) -> f32 + Sync) -> Vec<f32> {
     let mut out = vec![0f32; x.len()];
     out.par_chunks_mut(GATE_CHUNK).zip(x.par_chunks(GATE_CHUNK)).for_each(|(out, x)| {
