@@ -698,12 +698,13 @@ fn check_gating<B: Ops>(device: &B::Device) {
         for (k, (&got, &v)) in out.iter().zip(&x).enumerate() {
             // Within a few roundings of an `exp` whose argument has the size of `x`: burn's
             // default form, `exp(-log(1 + exp(-x)))`, rounds `log(..)` to f32 first, an error of
-            // `|x| ε` relative in the result. Where the exact sigmoid is below f32's smallest
+            // `|x| ε` relative in the result, and a GPU's `exp` and `log` may each be a few ulps
+            // off (Vulkan allows `exp` 3 + 2|x| ulps, `log` 3). Where the exact sigmoid is below f32's smallest
             // normal value (x < -87.4), a device may give 0 (`exp(-x)` overflows, or subnormals
             // are flushed, as on GPUs): silu's exact value there is at most 87.4 times that
             // smallest value.
             let e = definition(v);
-            let bound = (2.0 + v.abs() as f64) * f32::EPSILON as f64 * e.abs();
+            let bound = (8.0 + 3.0 * v.abs() as f64) * f32::EPSILON as f64 * e.abs();
             assert!((got as f64 - e).abs() <= bound + 88.0 * f32::MIN_POSITIVE as f64, "{name}({v}), entry {k}: {got} vs {e}");
         }
     }
