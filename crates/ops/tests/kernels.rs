@@ -213,8 +213,8 @@ fn naive_block_matmul(x: &[f64], n: usize, d_out: usize, d_in: usize, weight: im
 }
 
 /// `(n, d_out, d_in)`: one block, no tokens, one output, odd panel counts (65, 129 rows), a
-/// 2B-model width, one long row; token counts around the integer dots' tiles (8 tokens with
-/// AVX-512, 4 with AVX2) and row counts around their groups (16 and 8 rows: 17 rows leave a group
+/// 2B-model width, one long row; token counts around the integer dots' tiles (8 tokens ×
+/// planes, AVX-512 and AVX2) and row counts around their groups (16 and 8 rows: 17 rows leave a group
 /// of one, 31 a group of 15 or 7).
 const Q8_SHAPES: [(usize, usize, usize); 9] =
     [(1, 1, 32), (0, 5, 64), (3, 1, 32), (7, 65, 96), (2, 129, 256), (130, 64, 2048), (1, 3, 4096), (9, 17, 64), (17, 31, 160)];
