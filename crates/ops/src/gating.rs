@@ -6,19 +6,21 @@
 //! runs each pass on one thread, so on two cores the other idled through 6 % of a decider-2b
 //! decision. A kernel does it in one parallel pass with one `exp` a value.
 
-use burn::tensor::ops::{ActivationOps, FloatTensor};
+use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorPrimitive, backend::Backend};
+
+use crate::generic;
 
 /// `sigmoid` and `silu`, elementwise, any shape.
 pub trait Gating: Backend {
-    /// `1 / (1 + exp(-x))`. The default is burn's.
+    /// `1 / (1 + exp(-x))`. The default is [`generic::sigmoid`], burn's.
     fn sigmoid(x: FloatTensor<Self>) -> FloatTensor<Self> {
-        <Self as ActivationOps<Self>>::sigmoid(x)
+        generic::sigmoid::<Self>(x)
     }
 
-    /// `x · sigmoid(x)`. The default is burn's `x * sigmoid(x)`.
+    /// `x · sigmoid(x)`. The default is [`generic::silu`], burn's `x * sigmoid(x)`.
     fn silu(x: FloatTensor<Self>) -> FloatTensor<Self> {
-        Self::float_mul(x.clone(), <Self as ActivationOps<Self>>::sigmoid(x))
+        generic::silu::<Self>(x)
     }
 }
 

@@ -1,7 +1,7 @@
 //! The generic implementations, written with burn tensor ops: every backend's default, always
 //! correct, and the yardstick the specialised kernels are tested and benchmarked against.
 
-use burn::tensor::ops::{FloatTensor, IntTensor};
+use burn::tensor::ops::{ActivationOps, FloatTensor, IntTensor};
 use burn::tensor::{FloatDType, Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
 
 use crate::{ActivationPlanes, DenseMatmul, Half, HalfMatmul, Q4Matmul, Q8Matmul, UnitLowerInverse};
@@ -170,6 +170,16 @@ fn round_activations<B: Backend>(x: Tensor<B, 2>, planes: ActivationPlanes) -> T
     }
     // `x + (r - x)` is `r` exactly: `r` is 0 or within a factor of 2 of `x` (Sterbenz).
     x.clone() + (rounded.reshape([n, d_in]) - x).detach()
+}
+
+/// burn's `sigmoid` (`ActivationOps::sigmoid`).
+pub fn sigmoid<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
+    <B as ActivationOps<B>>::sigmoid(x)
+}
+
+/// burn's `x * sigmoid(x)`.
+pub fn silu<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
+    B::float_mul(x.clone(), sigmoid::<B>(x))
 }
 
 /// burn's `matmul`, `x [n, in] · weight [in, out]`.

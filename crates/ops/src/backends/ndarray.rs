@@ -242,7 +242,7 @@ where
                 let shape = x.shape();
                 with_slice!(values, |values| shaped::<Self>(cpu::sigmoid(values), shape))
             }
-            _ => <Self as burn::tensor::ops::ActivationOps<Self>>::sigmoid(x),
+            _ => generic::sigmoid::<Self>(x),
         }
     }
 
@@ -252,7 +252,7 @@ where
                 let shape = x.shape();
                 with_slice!(values, |values| shaped::<Self>(cpu::silu(values), shape))
             }
-            _ => <Self as burn::tensor::ops::FloatTensorOps<Self>>::float_mul(x.clone(), <Self as burn::tensor::ops::ActivationOps<Self>>::sigmoid(x)),
+            _ => generic::silu::<Self>(x),
         }
     }
 }
