@@ -2,7 +2,7 @@
 //! correct, and the yardstick the specialised kernels are tested and benchmarked against.
 
 use burn::tensor::ops::{ActivationOps, FloatTensor, IntTensor};
-use burn::tensor::{FloatDType, Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
+use burn::tensor::{FloatDType, Int, Shape, Tensor, TensorData, TensorPrimitive, backend::Backend};
 
 use crate::{ActivationPlanes, DenseMatmul, Half, HalfMatmul, Q4Matmul, Q8Matmul, UnitLowerInverse};
 
@@ -170,6 +170,36 @@ fn round_activations<B: Backend>(x: Tensor<B, 2>, planes: ActivationPlanes) -> T
     }
     // `x + (r - x)` is `r` exactly: `r` is 0 or within a factor of 2 of `x` (Sterbenz).
     x.clone() + (rounded.reshape([n, d_in]) - x).detach()
+}
+
+/// The causal conv as burn tensor ops: the window `history ++ x` along time, then for each tap
+/// `j` the window shifted by `j` times the weight's column `j`, summed; burn's SiLU.
+pub fn causal_conv1d<B: Backend>(x: Tensor<B, 3>, history: Tensor<B, 3>, weight: Tensor<B, 2>) -> (Tensor<B, 3>, Tensor<B, 3>) {
+    let [batch, len, channels] = x.dims();
+    let kernel = weight.dims()[1];
+    // burn cannot narrow to nothing: no tokens leave the history as it is, and with K = 1 there
+    // is none.
+    if len == 0 {
+        return (x, history);
+    }
+    let (window, history) = match kernel {
+        1 => (x, history),
+        _ => {
+            let window = Tensor::cat(vec![history, x], 1); // [batch, K - 1 + len, channels]
+            (window.clone(), window.narrow(1, len, kernel - 1))
+        }
+    };
+    let mut out = Tensor::zeros([batch, len, channels], &window.device());
+    for j in 0..kernel {
+        let tap = weight.clone().narrow(1, j, 1).reshape([1, 1, channels]);
+        out = out + window.clone().narrow(1, j, len) * tap;
+    }
+    (Tensor::from_primitive(TensorPrimitive::Float(silu::<B>(out.into_primitive().tensor()))), history)
+}
+
+/// burn's `float_reshape`.
+pub fn reshape<B: Backend>(x: FloatTensor<B>, shape: Shape) -> FloatTensor<B> {
+    B::float_reshape(x, shape)
 }
 
 /// burn's `sigmoid` (`ActivationOps::sigmoid`).

@@ -3,6 +3,7 @@
 pub mod backend_list;
 mod block_storage;
 mod backends;
+mod causal_conv1d;
 #[cfg(feature = "cpu-kernels")]
 pub mod cpu;
 mod dense_matmul;
@@ -12,11 +13,13 @@ mod gating;
 mod half_matmul;
 mod q4_matmul;
 mod q8_matmul;
+mod reshape;
 pub mod generic;
 pub mod reference;
 mod unit_lower_inverse;
 
 pub use block_storage::{BlockInts, BlockStorage, q4_bytes_f32};
+pub use causal_conv1d::{CausalConv1d, causal_conv1d};
 pub use dense_matmul::{DenseMatmul, dense_matmul, grouped_matmul};
 pub use expert_count::{ExpertCount, expert_count};
 pub use gated_delta_rule::{GatedDeltaRule, gated_delta_rule};
@@ -30,4 +33,5 @@ pub use q8_matmul::{
     ActivationPlanes, Q8_BLOCK, Q8Matmul, block_scales, block_scales_f32, dequantize_q8, grouped_q8_matmul, q8_matmul, q8_rows, q8_values,
     q8_values_f32, quantize_q8, quantize_q8_block, round_activations,
 };
+pub use reshape::{Reshape, reshape};
 pub use unit_lower_inverse::{UnitLowerInverse, unit_lower_inverse};

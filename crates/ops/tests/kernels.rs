@@ -4,15 +4,15 @@
 
 use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
 use decider_ops::{
-    DenseMatmul, Gating, sigmoid, silu, ExpertCount, GatedDeltaRule, Half, HalfMatmul, ActivationPlanes, BlockInts, Q4_ACTIVATION_PLANES, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, UnitLowerInverse, block_scales, block_scales_f32, dense_matmul,
+    CausalConv1d, DenseMatmul, Gating, Reshape, causal_conv1d, reshape, sigmoid, silu, ExpertCount, GatedDeltaRule, Half, HalfMatmul, ActivationPlanes, BlockInts, Q4_ACTIVATION_PLANES, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, UnitLowerInverse, block_scales, block_scales_f32, dense_matmul,
     dequantize_q4, dequantize_q8, expert_count, gated_delta_rule, generic, grouped_half_float_matmul, grouped_half_matmul, grouped_matmul, grouped_q4_matmul, grouped_q8_matmul, half_bits,
     half_bits_f32, half_float_matmul, half_floats, half_matmul, holds_half_floats, q4_matmul, q4_rows, q4_values, q8_matmul, q8_rows, q8_values, q8_values_f32, quantize_q4, quantize_q8, reference, unit_lower_inverse,
 };
 use half::{bf16, f16};
 
 /// Every extension of this crate.
-trait Ops: ExpertCount + UnitLowerInverse + Q8Matmul + Q4Matmul + HalfMatmul + DenseMatmul + GatedDeltaRule + Gating {}
-impl<B: ExpertCount + UnitLowerInverse + Q8Matmul + Q4Matmul + HalfMatmul + DenseMatmul + GatedDeltaRule + Gating> Ops for B {}
+trait Ops: ExpertCount + UnitLowerInverse + Q8Matmul + Q4Matmul + HalfMatmul + DenseMatmul + GatedDeltaRule + CausalConv1d + Gating + Reshape {}
+impl<B: ExpertCount + UnitLowerInverse + Q8Matmul + Q4Matmul + HalfMatmul + DenseMatmul + GatedDeltaRule + CausalConv1d + Gating + Reshape> Ops for B {}
 
 /// A tiny deterministic generator (xorshift), so the tests need no RNG crate.
 struct Rng(u64);
@@ -712,6 +712,94 @@ fn check_gating<B: Ops>(device: &B::Device, on_gpu: bool) {
     }
 }
 
+/// `(batch, len, channels, K)`: no tokens, one token after a history (decoding), fewer tokens
+/// than the history (the new history mixes both), several parallel tasks with a partial last one,
+/// no history at all (`K = 1`).
+const CONV_SHAPES: [(usize, usize, usize, usize); 5] = [(1, 0, 5, 4), (1, 1, 3, 4), (2, 2, 7, 4), (2, 37, 100, 4), (2, 9, 16, 1)];
+
+/// The causal conv against its definition in f64: `silu(Σ_j window[t + j] w[:, j])` over the
+/// window `history ++ x`, and the window's last `K - 1` rows, exactly.
+fn check_causal_conv1d<B: Ops>(device: &B::Device) {
+    let mut rng = Rng(61);
+    for (batch, len, channels, kernel) in CONV_SHAPES {
+        let past = kernel - 1;
+        let mut values = |count: usize| -> Vec<f32> { (0..count).map(|_| 2.0 * rng.next_f32() - 1.0).collect() };
+        let (x, history, weight) = (values(batch * len * channels), values(batch * past * channels), values(channels * kernel));
+        let window = |b: usize, i: usize, c: usize| if i < past { history[(b * past + i) * channels + c] } else { x[(b * len + i - past) * channels + c] };
+        let tensor3 = |v: &[f32], rows: usize| Tensor::<B, 3>::from_data(TensorData::new(v.to_vec(), [batch, rows, channels]), device);
+        let weight_t = Tensor::<B, 2>::from_data(TensorData::new(weight.clone(), [channels, kernel]), device);
+        let (out, state) = causal_conv1d(tensor3(&x, len), tensor3(&history, past), weight_t);
+        let case = format!("batch {batch}, len {len}, {channels} channels, K = {kernel}");
+        assert_eq!(out.dims(), [batch, len, channels], "{case}");
+        assert_eq!(state.dims(), [batch, past, channels], "{case}");
+        let out: Vec<f32> = out.into_data().convert::<f32>().to_vec().unwrap();
+        for b in 0..batch {
+            for t in 0..len {
+                for c in 0..channels {
+                    let terms = (0..kernel).map(|j| weight[c * kernel + j] as f64 * window(b, t + j, c) as f64);
+                    let (sum, size) = terms.fold((0.0, 0.0), |(s, m), v| (s + v, m + v.abs()));
+                    let e = sum / (1.0 + (-sum).exp());
+                    let got = out[(b * len + t) * channels + c] as f64;
+                    assert!((got - e).abs() <= 1e-5 * (size + e.abs()), "{case}: out [{b}, {t}, {c}]: {got} vs {e}");
+                }
+            }
+        }
+        let expected: Vec<f32> = (0..batch).flat_map(|b| (len..len + past).flat_map(move |i| (0..channels).map(move |c| (b, i, c)))).map(|(b, i, c)| window(b, i, c)).collect();
+        assert_eq!(state.into_data().convert::<f32>().to_vec::<f32>().unwrap(), expected, "{case}: the new history");
+    }
+}
+
+/// `reshape` of row-major, strided and empty tensors, to fewer and more dimensions: the values in
+/// row-major order under the new shape, and the input unchanged by a later op on the output.
+fn check_reshape<B: Ops>(device: &B::Device) {
+    let values: Vec<f32> = (0..24).map(|v| v as f32).collect();
+    let x = Tensor::<B, 3>::from_data(TensorData::new(values.clone(), [2, 3, 4]), device);
+    let read = |t: Tensor<B, 2>| -> Vec<f32> { t.into_data().convert::<f32>().to_vec().unwrap() };
+
+    let rows = reshape(x.clone(), [6, 4]);
+    assert_eq!(rows.dims(), [6, 4]);
+    assert_eq!(read(rows.clone().add_scalar(100.0)), values.iter().map(|v| v + 100.0).collect::<Vec<_>>(), "row-major");
+    assert_eq!(x.clone().into_data().convert::<f32>().to_vec::<f32>().unwrap(), values, "the input after an op on its reshape");
+
+    // `swap_dims(0, 1)`: entry [j, i, k] is values[i * 12 + j * 4 + k].
+    let swapped: Vec<f32> = (0..3).flat_map(|j| (0..2).flat_map(move |i| (0..4).map(move |k| (i * 12 + j * 4 + k) as f32))).collect();
+    assert_eq!(read(reshape(x.clone().swap_dims(0, 1), [6, 4])), swapped, "strided");
+
+    let up = reshape(reshape(x, [24]), [4, 3, 2]);
+    assert_eq!(up.dims(), [4, 3, 2]);
+    assert_eq!(up.into_data().convert::<f32>().to_vec::<f32>().unwrap(), values, "rank 1 to 3");
+
+    let empty = reshape(Tensor::<B, 2>::zeros([0, 4], device), [0, 2, 2]);
+    assert_eq!(empty.dims(), [0, 2, 2]);
+}
+
+#[cfg(feature = "ndarray")]
+#[test]
+#[should_panic(expected = "not as many elements")]
+fn reshape_to_another_number_of_elements_panics() {
+    let x = Tensor::<burn::backend::NdArray, 2>::zeros([2, 3], &Default::default());
+    let _ = reshape(x, [4, 2]);
+}
+
+/// The point of ndarray's `Reshape`: a row-major array it owns keeps its storage.
+#[cfg(feature = "ndarray")]
+#[test]
+fn ndarray_reshapes_a_row_major_array_in_place() {
+    use burn::backend::ndarray::NdArrayTensor;
+    type B = burn::backend::NdArray;
+    fn address<const D: usize>(t: &Tensor<B, D>) -> usize {
+        match t.clone().into_primitive().tensor() {
+            NdArrayTensor::F32(storage) => storage.view().as_ptr() as usize,
+            _ => panic!("not an f32 tensor"),
+        }
+    }
+    let x = Tensor::<B, 3>::from_data(TensorData::new((0..24).map(|v| v as f32).collect::<Vec<_>>(), [2, 3, 4]), &Default::default()).add_scalar(1.0);
+    let rows = reshape(x.clone(), [6, 4]);
+    assert_eq!(address(&rows), address(&x), "reshape copied a row-major array");
+    let strided = reshape(x.clone().swap_dims(1, 2), [6, 4]);
+    assert_ne!(address(&strided), address(&x), "a strided view must be copied into row-major order");
+}
+
 /// `(n, d_in, d_out)`: no tokens, one of everything, a wide output, a 2B-model width, a long row.
 const DENSE_SHAPES: [(usize, usize, usize); 6] = [(0, 4, 3), (1, 1, 1), (3, 5, 257), (7, 33, 65), (130, 2048, 96), (1, 4096, 5)];
 
@@ -986,6 +1074,16 @@ macro_rules! backend_suite {
         #[test]
         fn sigmoid_and_silu_match_their_definitions() {
             check_gating::<B>(&Default::default(), $name == "wgpu");
+        }
+
+        #[test]
+        fn causal_conv1d_matches_its_definition() {
+            check_causal_conv1d::<B>(&Default::default());
+        }
+
+        #[test]
+        fn reshape_keeps_row_major_order() {
+            check_reshape::<B>(&Default::default());
         }
 
         #[test]

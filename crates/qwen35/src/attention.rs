@@ -3,7 +3,7 @@
 
 use burn::config::Config;
 use burn::module::Module;
-use decider_ops::{Gating, sigmoid};
+use decider_ops::{Gating, reshape, sigmoid};
 use burn::tensor::{Bool, Int, Tensor, backend::Backend};
 
 
@@ -77,11 +77,11 @@ impl<B: ProjectionOps + Gating> GatedAttention<B> {
         let (heads, kv_heads, hd) = (self.num_attention_heads, self.num_key_value_heads, self.head_dim);
         let group = heads / kv_heads;
 
-        let query_gate = self.q_proj.forward(x.clone()).reshape([batch, len, heads, 2 * hd]);
+        let query_gate = reshape(self.q_proj.forward(x.clone()), [batch, len, heads, 2 * hd]);
         let query = query_gate.clone().narrow(3, 0, hd);
         let gate = query_gate.narrow(3, hd, hd).reshape([batch, len, heads * hd]);
-        let key = self.k_proj.forward(x.clone()).reshape([batch, len, kv_heads, hd]);
-        let value = self.v_proj.forward(x).reshape([batch, len, kv_heads, hd]);
+        let key = reshape(self.k_proj.forward(x.clone()), [batch, len, kv_heads, hd]);
+        let value = reshape(self.v_proj.forward(x), [batch, len, kv_heads, hd]);
 
         // [batch, heads, len, hd] for the norms and RoPE, then kv-head major: query heads
         // h = kv * group + j share key head kv, so they are grouped, not the keys repeated.

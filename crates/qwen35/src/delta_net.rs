@@ -3,7 +3,7 @@
 use burn::config::Config;
 use burn::module::{Initializer, Module, Param};
 use burn::nn::{Linear, LinearConfig};
-use decider_ops::{Gating, sigmoid, silu};
+use decider_ops::{CausalConv1d, Gating, causal_conv1d, reshape, sigmoid};
 use burn::tensor::{Tensor, backend::Backend};
 use decider_ops::GatedDeltaRule;
 
@@ -11,7 +11,7 @@ use crate::cache::DeltaNetState;
 use crate::delta_rule::{gated_delta_rule, recurrent_gated_delta_rule};
 use crate::format::{FormatOps, ProjectionInput, WeightFormat};
 use crate::norm::{GatedRmsNorm, RmsNormConfig};
-use crate::projection::{Projection, ProjectionConfig, ProjectionOps};
+use crate::projection::{Projection, ProjectionConfig, ProjectionOps, linear};
 
 #[derive(Config, Debug)]
 pub struct GatedDeltaNetConfig {
@@ -89,7 +89,7 @@ impl GatedDeltaNetConfig {
     }
 }
 
-impl<B: GatedDeltaRule + ProjectionOps + Gating> GatedDeltaNet<B> {
+impl<B: GatedDeltaRule + CausalConv1d + ProjectionOps + Gating> GatedDeltaNet<B> {
     /// `x`: `[batch, len, hidden]`, continuing from `past` if given. Returns the output and the
     /// state after these tokens. Like transformers, a single token with a past state takes the
     /// recurrent form and everything else the backend's scan ([`decider_ops::GatedDeltaRule`]).
@@ -98,14 +98,19 @@ impl<B: GatedDeltaRule + ProjectionOps + Gating> GatedDeltaNet<B> {
         let (hk, hv, dk, dv) = (self.num_key_heads, self.num_value_heads, self.key_head_dim, self.value_head_dim);
 
         let mixed = self.in_proj_qkv.forward(x.clone());
-        let z = self.in_proj_z.forward(x.clone()).reshape([batch, len, hv, dv]);
-        let b = self.in_proj_b.forward(x.clone());
-        let a = self.in_proj_a.forward(x);
+        let z = reshape(self.in_proj_z.forward(x.clone()), [batch, len, hv, dv]);
+        let b = linear(&self.in_proj_b, x.clone());
+        let a = linear(&self.in_proj_a, x);
 
-        let (mixed, conv_state) = self.causal_conv(mixed, past.map(|p| p.conv.clone()));
-        let q = mixed.clone().narrow(2, 0, hk * dk).reshape([batch, len, hk, dk]);
-        let k = mixed.clone().narrow(2, hk * dk, hk * dk).reshape([batch, len, hk, dk]);
-        let v = mixed.narrow(2, 2 * hk * dk, hv * dv).reshape([batch, len, hv, dv]);
+        // The conv's window starts with the last `K - 1` inputs of the past (zeros for a fresh
+        // sequence); its new state is the last `K - 1` of the window.
+        let weight = self.conv1d.val();
+        let [conv_dim, kernel] = weight.dims();
+        let history = past.map(|p| p.conv.clone()).unwrap_or_else(|| Tensor::zeros([batch, kernel - 1, conv_dim], &mixed.device()));
+        let (mixed, conv_state) = causal_conv1d(mixed, history, weight);
+        let q = reshape(mixed.clone().narrow(2, 0, hk * dk), [batch, len, hk, dk]);
+        let k = reshape(mixed.clone().narrow(2, hk * dk, hk * dk), [batch, len, hk, dk]);
+        let v = reshape(mixed.narrow(2, 2 * hk * dk, hv * dv), [batch, len, hv, dv]);
 
         let beta = sigmoid(b);
         let a_log = self.a_log.val().unsqueeze::<3>();
@@ -118,26 +123,8 @@ impl<B: GatedDeltaRule + ProjectionOps + Gating> GatedDeltaNet<B> {
         } else {
             gated_delta_rule(q, k, v, g, beta, initial)
         };
-        let out = self.norm.forward(out, z).reshape([batch, len, hv * dv]);
+        let out = reshape(self.norm.forward(out, z), [batch, len, hv * dv]);
         (self.out_proj.forward(out), DeltaNetState { conv: conv_state, recurrent })
-    }
-
-    /// Causal depthwise conv over time plus SiLU, on `[batch, len, conv_dim]` (time-major).
-    /// The window starts with the cached last `K - 1` inputs (zeros for a fresh sequence);
-    /// returns the activations and the new last `K - 1` inputs.
-    fn causal_conv(&self, mixed: Tensor<B, 3>, past: Option<Tensor<B, 3>>) -> (Tensor<B, 3>, Tensor<B, 3>) {
-        let [batch, len, channels] = mixed.dims();
-        let weight = self.conv1d.val(); // [channels, K]
-        let kernel = weight.dims()[1];
-        let history = past.unwrap_or_else(|| Tensor::zeros([batch, kernel - 1, channels], &mixed.device()));
-        let window = Tensor::cat(vec![history, mixed], 1); // [batch, K - 1 + len, channels]
-        let mut out = Tensor::zeros([batch, len, channels], &window.device());
-        for j in 0..kernel {
-            let tap = weight.clone().narrow(1, j, 1).reshape([1, 1, channels]);
-            out = out + window.clone().narrow(1, j, len) * tap;
-        }
-        let state = window.narrow(1, len, kernel - 1);
-        (silu(out), state)
     }
 }
 

@@ -37,8 +37,14 @@ pub use weights::{load_model, load_model_with_weights};
 
 /// The backend bound of the Qwen3.5 layers: burn's `Backend` plus the special ops of
 /// `decider-ops` that they call (the MoE's tokens-per-expert count, the delta rule's scan, the
-/// matmuls with f32, Q8_0 and Q4_0 weights, the sigmoid and SiLU gates). Every backend with those
-/// extensions has it.
-pub trait Qwen35Ops: decider_ops::ExpertCount + decider_ops::GatedDeltaRule + format::FormatOps + decider_ops::DenseMatmul + decider_ops::Gating {}
+/// causal conv, the matmuls with f32, Q8_0 and Q4_0 weights, the sigmoid and SiLU gates, reshapes
+/// in place). Every backend with those extensions has it.
+pub trait Qwen35Ops:
+    decider_ops::ExpertCount + decider_ops::GatedDeltaRule + decider_ops::CausalConv1d + format::FormatOps + decider_ops::DenseMatmul + decider_ops::Gating + decider_ops::Reshape
+{
+}
 
-impl<B: decider_ops::ExpertCount + decider_ops::GatedDeltaRule + format::FormatOps + decider_ops::DenseMatmul + decider_ops::Gating> Qwen35Ops for B {}
+impl<B> Qwen35Ops for B where
+    B: decider_ops::ExpertCount + decider_ops::GatedDeltaRule + decider_ops::CausalConv1d + format::FormatOps + decider_ops::DenseMatmul + decider_ops::Gating + decider_ops::Reshape
+{
+}

@@ -5,11 +5,11 @@ use burn::config::Config;
 use burn::module::{Initializer, Module, Param};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation::softmax;
-use decider_ops::{Gating, sigmoid, silu};
+use decider_ops::{Gating, reshape, sigmoid, silu};
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, backend::Backend};
 use decider_ops::{ExpertCount, Half, expert_count, grouped_matmul};
 
-use crate::projection::ProjectionOps;
+use crate::projection::{ProjectionOps, linear};
 
 use crate::format::{FormatOps, HalfWeight, ProjectionInput, Q4Weight, Q8Weight, WeightFormat};
 use crate::mlp::{Mlp, MlpConfig};
@@ -124,10 +124,10 @@ impl<B: ExpertCount + ProjectionOps + Gating> SparseMoe<B> {
     /// `x`: `[batch, len, hidden]`.
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let [batch, len, hidden] = x.dims();
-        let tokens = x.reshape([batch * len, hidden]);
+        let tokens = reshape(x, [batch * len, hidden]);
         let routed = self.routed(tokens.clone());
-        let shared = self.shared_expert.forward(tokens.clone()) * sigmoid(self.shared_expert_gate.forward(tokens));
-        (routed + shared).reshape([batch, len, hidden])
+        let shared = self.shared_expert.forward(tokens.clone()) * sigmoid(linear(&self.shared_expert_gate, tokens));
+        reshape(routed + shared, [batch, len, hidden])
     }
 
     /// Routes each of the `[n, hidden]` tokens to its top-k experts and sums their outputs,
@@ -145,7 +145,7 @@ impl<B: ExpertCount + ProjectionOps + Gating> SparseMoe<B> {
             return Tensor::zeros([0, hidden], &device);
         }
 
-        let probs = softmax(self.gate.forward(tokens.clone()), 1);
+        let probs = softmax(linear(&self.gate, tokens.clone()), 1);
         let (weights, experts) = probs.topk_with_indices(k, 1);
         let weights = weights.clone() / weights.sum_dim(1);
 

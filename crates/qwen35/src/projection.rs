@@ -4,7 +4,7 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Tensor, backend::Backend};
-use decider_ops::{DenseMatmul, dense_matmul};
+use decider_ops::{DenseMatmul, Reshape, dense_matmul, reshape};
 
 use decider_ops::Half;
 
@@ -44,28 +44,38 @@ impl ProjectionConfig {
 }
 
 /// What a [`Projection`] computes with: an f32 weight through [`DenseMatmul`] (read in place),
-/// the other formats through [`FormatOps`].
-pub trait ProjectionOps: DenseMatmul + FormatOps {}
+/// the other formats through [`FormatOps`]; its input and output reshaped in place where the
+/// backend can ([`Reshape`]).
+pub trait ProjectionOps: DenseMatmul + FormatOps + Reshape {}
 
-impl<B: DenseMatmul + FormatOps> ProjectionOps for B {}
+impl<B: DenseMatmul + FormatOps + Reshape> ProjectionOps for B {}
 
 impl<B: ProjectionOps> Projection<B> {
     /// Projects the last dimension of `x`.
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        let mut dims = x.dims();
-        let d_input = dims[D - 1];
-        let rows = dims[..D - 1].iter().product();
-        let x = x.reshape([rows, d_input]);
-        let out = match self {
+        by_rows(x, |x| match self {
             Projection::Float(linear) => dense_matmul(x, linear.weight.val()),
             Projection::Q8(weight) => weight.matmul(x),
             Projection::Q4(weight) => weight.matmul(x),
             Projection::F16(weight) => weight.matmul(x, Half::F16),
             Projection::Bf16(weight) => weight.matmul(x, Half::Bf16),
-        };
-        dims[D - 1] = out.dims()[1];
-        out.reshape(dims)
+        })
     }
+}
+
+/// burn's bias-free `Linear` as a [`Projection`] computes with f32 weights (burn's own `forward`
+/// reshapes, and on ndarray copies, its input and output).
+pub fn linear<B: ProjectionOps, const D: usize>(linear: &Linear<B>, x: Tensor<B, D>) -> Tensor<B, D> {
+    by_rows(x, |x| dense_matmul(x, linear.weight.val()))
+}
+
+/// `product` of `x`'s rows `[rows, last]`, reshaped back to `x`'s leading dimensions.
+fn by_rows<B: ProjectionOps, const D: usize>(x: Tensor<B, D>, product: impl FnOnce(Tensor<B, 2>) -> Tensor<B, 2>) -> Tensor<B, D> {
+    let mut dims = x.dims();
+    let rows = dims[..D - 1].iter().product();
+    let out = product(reshape(x, [rows, dims[D - 1]]));
+    dims[D - 1] = out.dims()[1];
+    reshape(out, dims)
 }
 
 impl<B: FormatOps> Projection<B> {

@@ -80,3 +80,10 @@ impl<B: crate::GatedDeltaRule, C: CheckpointStrategy> crate::GatedDeltaRule for 
 
 /// burn's forms through autodiff's own ops, so gradients pass.
 impl<B: crate::Gating, C: CheckpointStrategy> crate::Gating for Autodiff<B, C> {}
+
+/// burn's reshape through autodiff's own op, so gradients pass.
+impl<B: crate::Reshape, C: CheckpointStrategy> crate::Reshape for Autodiff<B, C> {}
+
+/// The generic form through autodiff's own ops, so gradients reach the input, the history and the
+/// weight.
+impl<B: crate::CausalConv1d, C: CheckpointStrategy> crate::CausalConv1d for Autodiff<B, C> {}

@@ -157,3 +157,9 @@ impl<F: FloatCandleElement, I: IntCandleElement> GatedDeltaRule for Candle<F, I>
 
 /// burn's forms (candle's own elementwise kernels).
 impl<F: FloatCandleElement, I: IntCandleElement> crate::Gating for Candle<F, I> {}
+
+/// burn's (candle reshapes contiguous tensors in place).
+impl<F: FloatCandleElement, I: IntCandleElement> crate::Reshape for Candle<F, I> {}
+
+/// The generic form (candle's own ops).
+impl<F: FloatCandleElement, I: IntCandleElement> crate::CausalConv1d for Candle<F, I> {}

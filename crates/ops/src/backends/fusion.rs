@@ -79,3 +79,9 @@ impl<B: FusionBackend + UnitLowerInverse> crate::GatedDeltaRule for Fusion<B> {}
 
 /// burn's forms, whose elementwise ops fuse like any others.
 impl<B: FusionBackend> crate::Gating for Fusion<B> {}
+
+/// burn's, a fused op like any other.
+impl<B: FusionBackend> crate::Reshape for Fusion<B> {}
+
+/// The generic form, whose tensor ops fuse like any others.
+impl<B: FusionBackend> crate::CausalConv1d for Fusion<B> {}

@@ -6,7 +6,7 @@ use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, Int, Shape, Tensor, TensorData, TensorMetadata, TensorPrimitive};
 use half::slice::HalfBitsSliceExt;
 
-use crate::{ActivationPlanes, DenseMatmul, ExpertCount, GatedDeltaRule, Gating, Half, UnitLowerInverse, cpu, generic};
+use crate::{ActivationPlanes, CausalConv1d, DenseMatmul, ExpertCount, GatedDeltaRule, Gating, Half, Reshape, UnitLowerInverse, cpu, generic};
 
 /// Calls `f` on the contiguous values of an ndarray storage (copied only if not in standard
 /// layout). Going through `TensorData` instead copies element by element whenever the array is
@@ -253,6 +253,43 @@ where
                 with_slice!(values, |values| shaped::<Self>(cpu::silu(values), shape))
             }
             _ => generic::silu::<Self>(x),
+        }
+    }
+}
+
+/// [`cpu::causal_conv1d::causal_conv1d`] on f32 inputs read in place; other dtypes take the
+/// generic form.
+impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> CausalConv1d for NdArray<E, I, Q>
+where
+    NdArrayTensor: From<SharedArray<E>> + From<SharedArray<I>>,
+{
+    fn causal_conv1d(x: FloatTensor<Self>, history: FloatTensor<Self>, weight: FloatTensor<Self>) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let ([batch, len, channels], [channels_w, kernel]) = (x.shape().dims::<3>(), weight.shape().dims::<2>());
+        let (out, state) = match (&x, &history, &weight) {
+            (NdArrayTensor::F32(x), NdArrayTensor::F32(history), NdArrayTensor::F32(weight)) if channels_w == channels => {
+                with_slice!(x, |x| with_slice!(history, |history| with_slice!(weight, |weight| {
+                    cpu::causal_conv1d::causal_conv1d(x, history, weight, batch, channels, kernel)
+                })))
+            }
+            _ => return crate::causal_conv1d::by_tensor_ops::<Self>(x, history, weight),
+        };
+        (shaped::<Self>(out, Shape::from([batch, len, channels])), shaped::<Self>(state, Shape::from([batch, kernel - 1, channels])))
+    }
+}
+
+/// An f32 array it owns in row-major order takes the new shape in place; other tensors (borrowed
+/// storage, strided views, other dtypes) take burn's reshape, which copies.
+impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> Reshape for NdArray<E, I, Q>
+where
+    NdArrayTensor: From<SharedArray<E>> + From<SharedArray<I>>,
+{
+    fn reshape(x: FloatTensor<Self>, shape: Shape) -> FloatTensor<Self> {
+        match x {
+            NdArrayTensor::F32(storage) if !storage.is_borrowed() && storage.view().is_standard_layout() => {
+                let array = storage.into_shared().into_shape_with_order(shape.to_vec()).expect("a row-major array takes any shape with as many elements");
+                NdArrayTensor::from(array)
+            }
+            x => generic::reshape::<Self>(x, shape),
         }
     }
 }

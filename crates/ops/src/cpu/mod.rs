@@ -2,7 +2,7 @@
 //! substitution per matrix in parallel over the batch, sgemm on operands read in place, the
 //! grouped (per-expert) products in one parallel pass, the Q8_0 and Q4_0 matmuls as an integer
 //! dot where the CPU has one, 16-bit weights read as f32 a panel at a time, the delta rule
-//! token by token, and the sigmoid and SiLU gates in one parallel pass.
+//! token by token, the causal conv and the sigmoid and SiLU gates in one parallel pass each.
 
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 use half::f16;
@@ -13,6 +13,7 @@ use crate::{ActivationPlanes, Half, Q4_ACTIVATION_PLANES, round_activations};
 
 pub use isa::Isa;
 
+pub mod causal_conv1d;
 pub mod delta_rule;
 pub mod few_rows;
 mod isa;
@@ -58,17 +59,26 @@ pub fn sigmoid(x: &[f32]) -> Vec<f32> {
 
 /// `x / (1 + exp(-x))` (SiLU) of each value, in one parallel pass.
 pub fn silu(x: &[f32]) -> Vec<f32> {
-    gate(x, |v| v / (1.0 + (-v).exp()))
+    gate(x, silu_of)
 }
 
-/// `f` of each value, in parallel chunks.
+/// `x / (1 + exp(-x))`: one `exp`, and 0 (not NaN) where it overflows.
+#[inline(always)]
+fn silu_of(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// `f` of each value, in parallel chunks, written into an output not zeroed first (a serial
+/// pass on the calling thread).
 fn gate(x: &[f32], f: impl Fn(f32) -> f32 + Sync) -> Vec<f32> {
-    let mut out = vec![0f32; x.len()];
-    out.par_chunks_mut(GATE_CHUNK).zip(x.par_chunks(GATE_CHUNK)).for_each(|(out, x)| {
+    let mut out = Vec::<f32>::with_capacity(x.len());
+    out.spare_capacity_mut().par_chunks_mut(GATE_CHUNK).zip(x.par_chunks(GATE_CHUNK)).for_each(|(out, x)| {
         for (o, &v) in out.iter_mut().zip(x) {
-            *o = f(v);
+            o.write(f(v));
         }
     });
+    // SAFETY: the chunks cover the `x.len()` values and each chunk wrote each of its values.
+    unsafe { out.set_len(x.len()) };
     out
 }
 

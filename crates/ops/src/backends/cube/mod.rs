@@ -107,3 +107,9 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::Gat
 
 /// burn's forms.
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::Gating for CubeBackend<R, F, I, BT> {}
+
+/// burn's (a contiguous handle is reshaped in place).
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::Reshape for CubeBackend<R, F, I, BT> {}
+
+/// The generic form.
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::CausalConv1d for CubeBackend<R, F, I, BT> {}
