@@ -30,8 +30,8 @@ fn rows(prompter: &Prompter, words: usize, questions: usize) -> Plan {
     prompter.plan(&SystemOneRequest::new(Value::String(state), questions)).expect("a valid request")
 }
 
-/// Runs `requests` and checks that the bound holds, and is within 3.5x of the peak (it covers
-/// the GPUs' chunked delta rule too, which keeps more per token than the CPUs' scan).
+/// Runs `requests` and checks that the bound holds, and is within 3x of the peak (the bound is
+/// ndarray's: its conv and delta-rule kernels say what they keep, `qwen35::CallMemory`).
 fn check(decider: &Decider<B>, name: &str, requests: &[&[Row]]) {
     let estimate = decider.working_memory().bytes(requests);
     let ((), _, measured) = peak_of(|| {
@@ -41,7 +41,7 @@ fn check(decider: &Decider<B>, name: &str, requests: &[&[Row]]) {
     let mib = |b: usize| b as f64 / (1 << 20) as f64;
     eprintln!("{name}: measured {:.1} MiB, bound {:.1} MiB ({:.2}x)", mib(measured), mib(estimate), estimate as f64 / measured as f64);
     assert!(measured <= estimate, "{name}: {measured} bytes allocated, more than the bound of {estimate}");
-    assert!(estimate <= 7 * measured / 2, "{name}: the bound of {estimate} bytes is more than 3.5x the {measured} allocated");
+    assert!(estimate <= 3 * measured, "{name}: the bound of {estimate} bytes is more than 3x the {measured} allocated");
 }
 
 /// A request of one row (a state of about `words / 4` words), one of a state of `words` shared
@@ -89,3 +89,4 @@ fn the_working_memory_bound_holds_and_is_tight() {
         }
     }
 }
+

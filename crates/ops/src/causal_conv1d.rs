@@ -22,7 +22,17 @@ pub trait CausalConv1d: Backend {
     fn causal_conv1d(x: FloatTensor<Self>, history: FloatTensor<Self>, weight: FloatTensor<Self>) -> (FloatTensor<Self>, FloatTensor<Self>) {
         by_tensor_ops::<Self>(x, history, weight)
     }
+
+    /// Activations of the output's size a call keeps alive beside its input and output, for
+    /// bounds of a model's memory (`qwen35::CallMemory`): the default's window, a product and a
+    /// running sum. A kernel that writes its output in one pass keeps none.
+    fn causal_conv1d_workspace() -> usize {
+        GENERIC_WORKSPACE
+    }
 }
+
+/// [`CausalConv1d::causal_conv1d_workspace`] of the default.
+pub(crate) const GENERIC_WORKSPACE: usize = 3;
 
 /// [`generic::causal_conv1d`] on primitives: the default, and the fallback of the kernels for
 /// what they do not take.

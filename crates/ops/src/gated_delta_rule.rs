@@ -28,6 +28,20 @@ pub trait GatedDeltaRule: UnitLowerInverse {
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         chunked::<Self>(q, k, v, g, beta, state)
     }
+
+    /// f32 values per token a call keeps alive beside its inputs and outputs, for `heads` heads
+    /// of `dk` keys and `dv` values: for bounds of a model's memory (`qwen35::CallMemory`). The
+    /// default's are its per-chunk matrices and decayed copies; a scan token by token keeps
+    /// only its state, which the caller holds anyway.
+    fn gated_delta_rule_workspace(heads: usize, dk: usize, dv: usize) -> usize {
+        chunked_workspace(heads, dk, dv)
+    }
+}
+
+/// [`GatedDeltaRule::gated_delta_rule_workspace`] of the chunked form: per head and token, a
+/// chunk's three `[C, C]` matrices' rows and two copies of its keys and of its values.
+pub(crate) fn chunked_workspace(heads: usize, dk: usize, dv: usize) -> usize {
+    heads * (3 * crate::generic::CHUNK_SIZE + 2 * dk + 2 * dv)
 }
 
 /// [`crate::generic::chunked_gated_delta_rule`] on primitives: the default, and the fallback of

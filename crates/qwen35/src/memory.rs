@@ -13,9 +13,9 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Int, Tensor};
 
 use crate::decoder::{DecoderLayer, FeedForward, TokenMixer};
+use crate::Qwen35Ops;
 use crate::format::FormatOps;
 use decider_ops::BlockInts;
-use crate::delta_rule::CHUNK_SIZE;
 use crate::model::{PrefillBlocks, Qwen35Model};
 use crate::weights::{Stored, stored};
 
@@ -40,7 +40,7 @@ pub struct CallMemory {
     layers: Vec<(usize, usize)>,
 }
 
-impl<B: FormatOps> Qwen35Model<B> {
+impl<B: Qwen35Ops> Qwen35Model<B> {
     /// What sets the memory of this model's calls.
     pub fn call_memory(&self) -> CallMemory {
         let [_, hidden] = self.embed_tokens.dims();
@@ -102,7 +102,7 @@ impl<B: FormatOps> Qwen35Model<B> {
 
 /// The f32 values `layer` keeps alive at once per token row, and its attention heads (0 for a
 /// DeltaNet layer).
-fn layer_widths<B: FormatOps>(layer: &DecoderLayer<B>, hidden: usize) -> (usize, usize) {
+fn layer_widths<B: Qwen35Ops>(layer: &DecoderLayer<B>, hidden: usize) -> (usize, usize) {
     // The residual stream, the normed input, both blocks' outputs and their sums.
     let residual = 6 * hidden;
     let (mixer, heads) = match &layer.mixer {
@@ -115,11 +115,12 @@ fn layer_widths<B: FormatOps>(layer: &DecoderLayer<B>, hidden: usize) -> (usize,
         TokenMixer::LinearAttn(d) => {
             let conv = d.conv1d.lazy_shape().dims::<2>()[0];
             let value = d.num_value_heads * d.value_head_dim;
-            // The projected `[q | k | v]`, its window, two convolution sums, its activation and
-            // the split heads; the gate z, the output and its norm; beta and the decay; the
-            // chunked scan's per-chunk matrices (GPUs; the CPUs' scan keeps less).
-            let chunked = d.num_value_heads * (3 * CHUNK_SIZE + 2 * d.key_head_dim + 2 * d.value_head_dim);
-            (6 * conv + 5 * value + 6 * d.num_value_heads + chunked, 0)
+            // The projected `[q | k | v]`, its convolution and the split heads, and what the
+            // backend's conv and delta rule keep beside them; the gate z, the output and its
+            // norm; beta and the decay.
+            let conv = (3 + B::causal_conv1d_workspace()) * conv;
+            let scan = B::gated_delta_rule_workspace(d.num_value_heads, d.key_head_dim, d.value_head_dim);
+            (conv + scan + 5 * value + 6 * d.num_value_heads, 0)
         }
     };
     let feed_forward = match &layer.mlp {

@@ -275,6 +275,10 @@ where
         };
         (shaped::<Self>(out, Shape::from([batch, len, channels])), shaped::<Self>(state, Shape::from([batch, kernel - 1, channels])))
     }
+
+    fn causal_conv1d_workspace() -> usize {
+        if E::dtype() == DType::F32 { 0 } else { crate::causal_conv1d::GENERIC_WORKSPACE }
+    }
 }
 
 /// An f32 array it owns in row-major order takes the new shape in place; other tensors (borrowed
@@ -326,5 +330,9 @@ where
         let device = Default::default();
         let tensor = |values: Vec<f32>, shape: [usize; 4]| Tensor::<Self, 4>::from_data(TensorData::new(values, shape), &device).into_primitive().tensor();
         (tensor(out, [batch, len, heads, dv]), tensor(state, [batch, heads, dk, dv]))
+    }
+
+    fn gated_delta_rule_workspace(heads: usize, dk: usize, dv: usize) -> usize {
+        if E::dtype() == DType::F32 { 0 } else { crate::gated_delta_rule::chunked_workspace(heads, dk, dv) }
     }
 }
