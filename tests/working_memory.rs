@@ -89,4 +89,3 @@ fn the_working_memory_bound_holds_and_is_tight() {
         }
     }
 }
-
