@@ -12,7 +12,7 @@
 //! blocks (same values, same f16 scale: a llama.cpp Q4_0 block rounds to itself with no error,
 //! which the scale search of `decider_ops::quantize_q4` cannot beat), so its f32 load and its
 //! quantized load hold the same numbers. The block products also round
-//! their input to 8-bit planes (`decider_ops::round_activations`): one, or two for the q8
+//! their input to integer blocks (`decider_ops::round_activations`): 8 bits, or 16 for the q8
 //! projections whose input is a product of activations (`out_proj`, `o_proj`, `down_proj`, as
 //! `docs/weights.md` gives the rule), so the f32 path is given the input rounded the same way. Whole
 //! models are not compared: there every projection's rounding is real, and on these small
@@ -22,7 +22,7 @@ use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::tensor::{DType, Int, Tensor, TensorData};
 use decider_ops::{
     BlockInts,
-    ActivationPlanes, Half, holds_half_floats, Q4_BLOCK, Q8_BLOCK, block_scales, dequantize_q4, dequantize_q8, grouped_matmul, q4_values, q8_values, quantize_q4, quantize_q8, reference, round_activations,
+    ActivationBits, Half, holds_half_floats, Q4_BLOCK, Q8_BLOCK, block_scales, dequantize_q4, dequantize_q8, grouped_matmul, q4_values, q8_values, quantize_q4, quantize_q8, reference, round_activations,
 };
 use integration_tests::{LAYOUTS, MODELS, fixture_copy, fixture_path, relative_check, rewrite_tensors};
 use qwen35::decoder::{FeedForward, TokenMixer};
@@ -92,25 +92,25 @@ fn random_input(rows: usize, width: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-/// `x [rows, width]` rounded to `planes` of 8-bit blocks, as a block product rounds its input; a
+/// `x [rows, width]` rounded to blocks of `bits` integers, as a block product rounds its input; a
 /// width of partial blocks has no block product (it stays f32) and is kept as it is.
-fn rounded<B: Qwen35Ops>(x: Vec<f32>, width: usize, planes: ActivationPlanes, device: &B::Device) -> Tensor<B, 2> {
+fn rounded<B: Qwen35Ops>(x: Vec<f32>, width: usize, bits: ActivationBits, device: &B::Device) -> Tensor<B, 2> {
     let rows = x.len() / width;
-    let x = if width % Q8_BLOCK == 0 { round_activations(&x, width, planes) } else { x };
+    let x = if width % Q8_BLOCK == 0 { round_activations(&x, width, bits) } else { x };
     Tensor::from_data(TensorData::new(x, [rows, width]), device)
 }
 
-/// `[rows, width]` random activations that are their own one-plane round trip, so a block
+/// `[rows, width]` random activations that are their own 8-bit round trip, so a block
 /// product's rounding of them changes them by at most the last bit of a block's scale.
 fn rounded_input<B: Qwen35Ops>(rows: usize, width: usize, seed: u64, device: &B::Device) -> Tensor<B, 2> {
-    rounded(random_input(rows, width, seed), width, ActivationPlanes::One, device)
+    rounded(random_input(rows, width, seed), width, ActivationBits::Eight, device)
 }
 
-/// The planes a projection of a load in `format` rounds its input to, by the rule of
-/// `docs/weights.md`: two for q8's products of activations, else one.
-fn planes_of(format: WeightFormat, name: &str) -> ActivationPlanes {
+/// The bits a projection of a load in `format` rounds its input to, by the rule of
+/// `docs/weights.md`: 16 for q8's products of activations, else 8.
+fn bits_of(format: WeightFormat, name: &str) -> ActivationBits {
     let product = ["out_proj", "o_proj", "down_proj"].iter().any(|p| name.ends_with(p));
-    if format == WeightFormat::Q8 && product { ActivationPlanes::Two } else { ActivationPlanes::One }
+    if format == WeightFormat::Q8 && product { ActivationBits::Sixteen } else { ActivationBits::Eight }
 }
 
 /// Every projection of a model with its path, in module order.
@@ -157,7 +157,7 @@ fn check_model<B: Qwen35Ops>(model_name: &str, layout: &str, format: WeightForma
         let input = Tensor::<B, 2>::from_data(TensorData::new(x.clone(), [9, d_in]), &device);
         let as_rounded = match actual {
             Projection::Float(_) => input.clone(),
-            _ => rounded::<B>(x, d_in, planes_of(format, &name), &device),
+            _ => rounded::<B>(x, d_in, bits_of(format, &name), &device),
         };
         let label = format!("{model_name}/{layout} {format} {name}");
         relative_check(&label, &values(actual.forward(input)), &values(expected.forward(as_rounded)), TOLERANCE);
@@ -194,9 +194,9 @@ fn check_experts<B: Qwen35Ops>() {
     let float = config.init::<B>(&device).to_device(&device);
     let Experts::Float(experts) = &float.experts else { panic!("f32 by default") };
     let Experts::Q8(q8_experts) = config.clone().with_weights(WeightFormat::Q8).init::<B>(&device).experts else { panic!("q8 experts") };
-    let planes = [q8_experts.gate_up_proj.planes, q8_experts.down_proj.planes];
-    for ((name, stacked), planes) in [("gate_up_proj", &experts.gate_up_proj), ("down_proj", &experts.down_proj)].into_iter().zip(planes) {
-        assert_eq!(planes, planes_of(WeightFormat::Q8, name), "the q8 experts' {name}");
+    let bits = [q8_experts.gate_up_proj.bits, q8_experts.down_proj.bits];
+    for ((name, stacked), bits) in [("gate_up_proj", &experts.gate_up_proj), ("down_proj", &experts.down_proj)].into_iter().zip(bits) {
+        assert_eq!(bits, bits_of(WeightFormat::Q8, name), "the q8 experts' {name}");
         let [batch, d_in, d_out] = stacked.lazy_shape().dims::<3>();
         let rows = values(stacked.val().swap_dims(1, 2)); // [E, out, in]: rows of input values
         let (q, scales) = quantize_q8(&rows, d_in);
@@ -204,7 +204,7 @@ fn check_experts<B: Qwen35Ops>() {
         let q8 = Q8Weight {
             values: Param::initialized(ParamId::new(), q8_values(q, [batch, d_out, d_in], &device)),
             scales: Param::initialized(ParamId::new(), block_scales(scales, [batch, d_out, d_in / Q8_BLOCK], &device)),
-            planes,
+            bits,
         };
         let (packed, scales) = quantize_q4(&rows, d_in);
         let q4_rounded = Tensor::<B, 3>::from_data(TensorData::new(dequantize_q4(&packed, &scales), [batch, d_out, d_in]), &device).swap_dims(1, 2);
@@ -217,9 +217,9 @@ fn check_experts<B: Qwen35Ops>() {
         let x = random_input(counts.iter().sum::<i64>() as usize, d_in, 3);
         let input = Tensor::<B, 2>::from_data(TensorData::new(x.clone(), [x.len() / d_in, d_in]), &device);
         let counts = Tensor::<B, 1, Int>::from_data(TensorData::new(counts.to_vec(), [batch]), &device);
-        let expected = grouped_matmul(rounded::<B>(x.clone(), d_in, planes, &device), rounded_weight, counts.clone());
+        let expected = grouped_matmul(rounded::<B>(x.clone(), d_in, bits, &device), rounded_weight, counts.clone());
         relative_check(&format!("q8 {name}"), &values(q8.grouped_matmul(input.clone(), counts.clone())), &values(expected), TOLERANCE);
-        let expected = grouped_matmul(rounded::<B>(x, d_in, planes_of(WeightFormat::Q4, name), &device), q4_rounded, counts.clone());
+        let expected = grouped_matmul(rounded::<B>(x, d_in, bits_of(WeightFormat::Q4, name), &device), q4_rounded, counts.clone());
         relative_check(&format!("q4 {name}"), &values(q4.grouped_matmul(input, counts)), &values(expected), TOLERANCE);
     }
 }

@@ -4,9 +4,9 @@
 //! transformers by `xtask/accuracy/reference.py`, which also builds the model).
 //!
 //! The yardstick rounds the weights alone; this project's q8 and q4 paths also round each
-//! activation row to 8-bit blocks for their integer dot products (one plane as llama.cpp's CPU
-//! path does, or two for the products of activations q8's `out_proj`, `o_proj` and `down_proj`
-//! read: `decider_ops::ActivationPlanes`). Both are
+//! activation row to integer blocks for their integer dot products (8 bits as llama.cpp's CPU
+//! path does, or 16 for the products of activations q8's `out_proj`, `o_proj` and `down_proj`
+//! read: `decider_ops::ActivationBits`). Both are
 //! reported: each format as computed, and its weights alone (a `decider quantize`d folder loaded
 //! in f32). The bound the formats are held to is relative: mean |Δp| as computed ≤ [`BOUND`] ×
 //! the yardstick's.
@@ -187,7 +187,7 @@ impl GenericTask for &AccuracyArgs {
             }
             let verdict = if ratio <= BOUND { "holds" } else { "**fails**" };
             let compared = format!("{:.5} | {:.4} | {}", yardstick.mean, yardstick.max, yardstick.top_changed);
-            println!("| {format} (activations in 8-bit planes, as computed) | {} | {compared} | {ratio:.2} | {verdict} |", columns(&ours));
+            println!("| {format} (activations in integer blocks, as computed) | {} | {compared} | {ratio:.2} | {verdict} |", columns(&ours));
             // The same weights with f32 activations (a quantized folder loaded in f32): the
             // rounding scheme alone, against llama.cpp's.
             let folder = std::env::temp_dir().join(format!("decider-accuracy-{}-{format}", std::process::id()));

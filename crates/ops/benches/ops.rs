@@ -16,7 +16,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor, TensorData};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use decider_ops::{
-    ActivationPlanes, DenseMatmul, ExpertCount, Q8_BLOCK, dense_matmul, Q8Matmul, UnitLowerInverse, expert_count, generic, grouped_matmul, grouped_q8_matmul, block_scales, q8_matmul, q8_values,
+    ActivationBits, DenseMatmul, ExpertCount, Q8_BLOCK, dense_matmul, Q8Matmul, UnitLowerInverse, expert_count, generic, grouped_matmul, grouped_q8_matmul, block_scales, q8_matmul, q8_values,
     quantize_q8, reference, unit_lower_inverse,
 };
 
@@ -110,17 +110,17 @@ fn bench_backend<B: ExpertCount + UnitLowerInverse + Q8Matmul + DenseMatmul>(c: 
                 sync()
             })
         });
-        for (name, planes) in [("q8_specialised_one_plane", ActivationPlanes::One), ("q8_specialised_two_planes", ActivationPlanes::Two)] {
+        for (name, bits) in [("q8_specialised_8_bit_activations", ActivationBits::Eight), ("q8_specialised_16_bit_activations", ActivationBits::Sixteen)] {
             group.bench_with_input(BenchmarkId::new(name, tokens), &x, |b, x| {
                 b.iter(|| {
-                    let _ = q8_matmul(x.clone(), values.clone(), scales.clone(), planes);
+                    let _ = q8_matmul(x.clone(), values.clone(), scales.clone(), bits);
                     sync()
                 })
             });
         }
         group.bench_with_input(BenchmarkId::new("q8_generic_one_plane", tokens), &x, |b, x| {
             b.iter(|| {
-                let _ = generic::q8_matmul(x.clone(), values.clone(), scales.clone(), ActivationPlanes::One);
+                let _ = generic::q8_matmul(x.clone(), values.clone(), scales.clone(), ActivationBits::Eight);
                 sync()
             })
         });
@@ -154,13 +154,13 @@ fn bench_backend<B: ExpertCount + UnitLowerInverse + Q8Matmul + DenseMatmul>(c: 
         });
         group.bench_with_input(BenchmarkId::new("q8_specialised", &shape), &x, |b, x| {
             b.iter(|| {
-                let _ = grouped_q8_matmul(x.clone(), values.clone(), scales.clone(), counts.clone(), ActivationPlanes::One);
+                let _ = grouped_q8_matmul(x.clone(), values.clone(), scales.clone(), counts.clone(), ActivationBits::Eight);
                 sync()
             })
         });
         group.bench_with_input(BenchmarkId::new("q8_generic", &shape), &x, |b, x| {
             b.iter(|| {
-                let _ = generic::grouped_q8_matmul::<B>(x.clone().into_primitive().tensor(), values.clone().into_primitive(), scales.clone().into_primitive(), counts.clone().into_primitive(), ActivationPlanes::One);
+                let _ = generic::grouped_q8_matmul::<B>(x.clone().into_primitive().tensor(), values.clone().into_primitive(), scales.clone().into_primitive(), counts.clone().into_primitive(), ActivationBits::Eight);
                 sync()
             })
         });
@@ -170,7 +170,7 @@ fn bench_backend<B: ExpertCount + UnitLowerInverse + Q8Matmul + DenseMatmul>(c: 
 
 /// The CPU forms of the Q8_0 matmul on host slices, at the 2B model's widest projection: the
 /// dequantized sgemm (what a CPU without an integer dot runs) against each integer dot this CPU
-/// runs, one and two activation planes.
+/// runs, 8- and 16-bit activations.
 #[cfg(all(feature = "cpu-kernels", target_arch = "x86_64"))]
 fn bench_cpu_forms(c: &mut Criterion) {
     use decider_ops::cpu::{self, integer_dot::{self as dot, DotIsa}};
@@ -187,14 +187,14 @@ fn bench_cpu_forms(c: &mut Criterion) {
     let (values, scales) = quantize_q8(&weights, d_in);
     for tokens in [16, 128, 512] {
         let x: Vec<f32> = (0..tokens * d_in).map(|_| next()).collect();
-        for planes in [ActivationPlanes::One, ActivationPlanes::Two] {
-            group.bench_function(BenchmarkId::new(format!("dequantized_{planes:?}"), tokens), |b| {
-                b.iter(|| cpu::dequantized_q8_matmul(&round_activations(&x, d_in, planes), tokens, &values, &scales, d_out, d_in))
+        for bits in [ActivationBits::Eight, ActivationBits::Sixteen] {
+            group.bench_function(BenchmarkId::new(format!("dequantized_{bits:?}"), tokens), |b| {
+                b.iter(|| cpu::dequantized_q8_matmul(&round_activations(&x, d_in, bits), tokens, &values, &scales, d_out, d_in))
             });
             for isa in DotIsa::ALL.into_iter().filter(|isa| isa.available()) {
                 let laid_out = dot::q8_layout(isa, &values, d_out, d_in);
-                group.bench_function(BenchmarkId::new(format!("{isa:?}_{planes:?}"), tokens), |b| {
-                    b.iter(|| dot::q8_matmul(isa, &x, tokens, &laid_out, &scales, d_out, d_in, planes))
+                group.bench_function(BenchmarkId::new(format!("{isa:?}_{bits:?}"), tokens), |b| {
+                    b.iter(|| dot::q8_matmul(isa, &x, tokens, &laid_out, &scales, d_out, d_in, bits))
                 });
             }
         }

@@ -4,7 +4,7 @@
 use burn::tensor::ops::{ActivationOps, FloatTensor, IntTensor};
 use burn::tensor::{FloatDType, Int, Shape, Tensor, TensorData, TensorPrimitive, backend::Backend};
 
-use crate::{ActivationPlanes, DenseMatmul, Half, HalfMatmul, Q4Matmul, Q8Matmul, UnitLowerInverse};
+use crate::{ActivationBits, DenseMatmul, Half, HalfMatmul, Q4Matmul, Q8Matmul, UnitLowerInverse};
 
 /// The generic count: each id compared with every expert index, summed over the ids, a chunk of
 /// ids at a time so memory stays bounded (`CHUNK x E`). Ids outside `0..E` match no index.
@@ -90,8 +90,8 @@ fn diagonal_blocks<B: Backend>(a: Tensor<B, 3>, b: usize) -> Tensor<B, 4> {
 }
 
 /// `round(x) · Wᵀ` with the Q8_0 weight dequantized first (`[out, in / 32, 32]` values times
-/// their block's scale), then one float matmul on the activations rounded to `planes`.
-pub fn q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>, planes: ActivationPlanes) -> Tensor<B, 2> {
+/// their block's scale), then one float matmul on the activations rounded to `bits`.
+pub fn q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>, bits: ActivationBits) -> Tensor<B, 2> {
     let ([n, d_in], [out, _]) = (x.dims(), values.dims());
     if n == 0 {
         // burn-ndarray 0.21's matmul divides by the row count.
@@ -99,18 +99,18 @@ pub fn q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales
     }
     let blocks = d_in / crate::Q8_BLOCK;
     let weight = crate::q8_values_f32(values).reshape([out, blocks, crate::Q8_BLOCK]) * crate::block_scales_f32(scales, blocks).reshape([out, blocks, 1]);
-    round_activations(x, planes).matmul(weight.reshape([out, d_in]).transpose())
+    round_activations(x, bits).matmul(weight.reshape([out, d_in]).transpose())
 }
 
 /// `round(x) · Wᵀ` with the Q4_0 weight unpacked and dequantized first ([`q4_weight`]),
-/// then one float matmul on the activations rounded to [`crate::Q4_ACTIVATION_PLANES`] planes.
+/// then one float matmul on the activations rounded to [`crate::Q4_ACTIVATION_BITS`].
 pub fn q4_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>) -> Tensor<B, 2> {
     let ([n, d_in], [out, _]) = (x.dims(), values.dims());
     if n == 0 {
         // burn-ndarray 0.21's matmul divides by the row count.
         return Tensor::zeros([0, out], &x.device());
     }
-    round_activations(x, crate::Q4_ACTIVATION_PLANES).matmul(q4_weight(values, scales, d_in).transpose())
+    round_activations(x, crate::Q4_ACTIVATION_BITS).matmul(q4_weight(values, scales, d_in).transpose())
 }
 
 /// The weight `[rows, in]` that Q4_0 packed `values [rows, in / 2]` (in Q4_0's order) and their
@@ -149,25 +149,16 @@ pub fn half_float_matmul<B: Backend>(x: Tensor<B, 2>, weight: Tensor<B, 2>) -> T
     x.matmul(weight.cast(FloatDType::F32).transpose())
 }
 
-/// `x [n, in]` rounded to `planes` of 8-bit blocks of 32 and back, as
-/// [`crate::round_activations`] rounds it on the host. Rounding has no gradient: the gradient passes to `x`
-/// as if unrounded (the straight-through estimator of quantization-aware training).
-fn round_activations<B: Backend>(x: Tensor<B, 2>, planes: ActivationPlanes) -> Tensor<B, 2> {
+/// `x [n, in]` rounded to blocks of 32 `bits` integers and back, as [`crate::round_activations`]
+/// rounds it on the host. Rounding has no gradient: the gradient passes to `x` as if unrounded
+/// (the straight-through estimator of quantization-aware training).
+fn round_activations<B: Backend>(x: Tensor<B, 2>, bits: ActivationBits) -> Tensor<B, 2> {
     let [n, d_in] = x.dims();
-    let round_plane = |rest: Tensor<B, 3>| {
-        let scale = rest.clone().abs().max_dim(2).div_scalar(127.0);
-        // A zero scale is a zero block: divided by 1, its values stay 0.
-        let divisor = scale.clone().mask_fill(scale.clone().equal_elem(0.0), 1.0);
-        (rest / divisor).round() * scale
-    };
-    let mut rest = x.clone().detach().reshape([n, d_in / crate::Q8_BLOCK, crate::Q8_BLOCK]);
-    let mut plane = round_plane(rest.clone());
-    let mut rounded = plane.clone();
-    for _ in 1..planes.count() {
-        rest = rest - plane;
-        plane = round_plane(rest.clone());
-        rounded = rounded + plane.clone();
-    }
+    let blocks = x.clone().detach().reshape([n, d_in / crate::Q8_BLOCK, crate::Q8_BLOCK]);
+    let scale = blocks.clone().abs().max_dim(2).div_scalar(bits.max_value());
+    // A zero scale is a zero block: divided by 1, its values stay 0.
+    let divisor = scale.clone().mask_fill(scale.clone().equal_elem(0.0), 1.0);
+    let rounded = (blocks / divisor).round() * scale;
     // `x + (r - x)` is `r` exactly: `r` is 0 or within a factor of 2 of `x` (Sterbenz).
     x.clone() + (rounded.reshape([n, d_in]) - x).detach()
 }
@@ -238,11 +229,11 @@ pub fn grouped_matmul<B: DenseMatmul>(x: FloatTensor<B>, weights: FloatTensor<B>
 }
 
 /// [`crate::grouped_q8_matmul`] as a [`Q8Matmul::q8_matmul`] per expert with rows.
-pub fn grouped_q8_matmul<B: Q8Matmul>(x: FloatTensor<B>, values: IntTensor<B>, scales: IntTensor<B>, counts: IntTensor<B>, planes: ActivationPlanes) -> FloatTensor<B> {
+pub fn grouped_q8_matmul<B: Q8Matmul>(x: FloatTensor<B>, values: IntTensor<B>, scales: IntTensor<B>, counts: IntTensor<B>, bits: ActivationBits) -> FloatTensor<B> {
     let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(x));
     let (values, scales) = (Tensor::<B, 3, Int>::from_primitive(values), Tensor::<B, 3, Int>::from_primitive(scales));
     let d_out = values.dims()[1];
-    per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| crate::q8_matmul(x, expert_of(&values, expert), expert_of(&scales, expert), planes))
+    per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| crate::q8_matmul(x, expert_of(&values, expert), expert_of(&scales, expert), bits))
         .into_primitive()
         .tensor()
 }

@@ -28,9 +28,9 @@ pub(crate) use half_matmul::half_patterns_f32;
 pub use half_matmul::{
     Half, HalfMatmul, grouped_half_float_matmul, grouped_half_matmul, half_bits, half_bits_f32, half_float_matmul, half_floats, half_matmul, holds_half_floats,
 };
-pub use q4_matmul::{Q4_ACTIVATION_PLANES, Q4_BLOCK, Q4Matmul, dequantize_q4, grouped_q4_matmul, q4_matmul, q4_values, q4_rows, quantize_q4, quantize_q4_block};
+pub use q4_matmul::{Q4_ACTIVATION_BITS, Q4_BLOCK, Q4Matmul, dequantize_q4, grouped_q4_matmul, q4_matmul, q4_values, q4_rows, quantize_q4, quantize_q4_block};
 pub use q8_matmul::{
-    ActivationPlanes, Q8_BLOCK, Q8Matmul, block_scales, block_scales_f32, dequantize_q8, grouped_q8_matmul, q8_matmul, q8_rows, q8_values,
+    ActivationBits, Q8_BLOCK, Q8Matmul, block_scales, block_scales_f32, dequantize_q8, grouped_q8_matmul, q8_matmul, q8_rows, q8_values,
     q8_values_f32, quantize_q8, quantize_q8_block, round_activations,
 };
 pub use reshape::{Reshape, reshape};

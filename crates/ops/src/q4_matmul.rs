@@ -12,23 +12,24 @@
 //! (`quantize_row_q4_0_ref`, ggml/src/ggml-quants.c) is one of the candidates tried.
 //!
 //! As with Q8_0, the activations are rounded to 8-bit blocks first (llama.cpp's CPU path pairs a
-//! Q4_0 weight with Q8_0 activations: `ggml_vec_dot_q4_0_q8_0`), but to one plane
-//! ([`Q4_ACTIVATION_PLANES`]): next to 4-bit weights their rounding does not move decisions
+//! Q4_0 weight with Q8_0 activations: `ggml_vec_dot_q4_0_q8_0`), always to 8 bits
+//! ([`Q4_ACTIVATION_BITS`]): next to 4-bit weights their rounding does not move decisions
 //! measurably (the accuracy report in the repository's README). So `q4_matmul` is `round(x) ·
-//! Wᵀ` with one plane of [`crate::round_activations`] on every backend, whichever kernel runs.
+//! Wᵀ` with [`crate::round_activations`] to 8 bits on every backend, whichever kernel runs.
 
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
 use half::f16;
 use rayon::prelude::*;
 
-use crate::{ActivationPlanes, BlockInts, BlockStorage, Q8Matmul};
+use crate::{ActivationBits, BlockInts, BlockStorage, Q8Matmul};
 
 /// Values per block (one scale each).
 pub const Q4_BLOCK: usize = 32;
 
-/// The 8-bit planes [`q4_matmul`] rounds its activations to ([`crate::round_activations`]).
-pub const Q4_ACTIVATION_PLANES: ActivationPlanes = ActivationPlanes::One;
+/// The integers [`q4_matmul`] rounds its activations to ([`crate::round_activations`]): 8 bits,
+/// as llama.cpp (Q4_0's own rounding dwarfs theirs).
+pub const Q4_ACTIVATION_BITS: ActivationBits = ActivationBits::Eight;
 
 /// `x · Wᵀ` with `W` in Q4_0 blocks.
 pub trait Q4Matmul: Q8Matmul {

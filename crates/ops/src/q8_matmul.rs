@@ -8,16 +8,16 @@
 //! bits ([`block_scales`]) as ints of the backend's [`BlockStorage`], since not every backend has
 //! 8-bit ints or f16 floats.
 //!
-//! The activations are rounded to 8-bit blocks too, for an integer dot (llama.cpp's CPU matmul
+//! The activations are rounded to integer blocks too, for an integer dot (llama.cpp's CPU matmul
 //! does the same before `ggml_vec_dot_q8_0_q8_0`, ggml/src/ggml-cpu/quants.c): each block of 32
 //! input values of each row of `x` keeps `d = max|x| / 127` (as f32) and `round(x / d)`, ties to
 //! even (llama.cpp multiplies by `1 / d`; a division is exact on every backend, a reciprocal is
-//! not). Unlike llama.cpp, the caller may ask for the remainder `x - round(x / d) · d` to be
-//! rounded the same way into a second plane ([`ActivationPlanes`]): a block is then held to
-//! `max|x| / 64,516` instead of `max|x| / 254`, and the dot runs once per plane. So `q8_matmul`
-//! is `round(x) · Wᵀ` with `round` = [`round_activations`] on every backend, whichever kernel
-//! runs: the integer dot where a CPU has one, the rounded activations times the dequantized
-//! weight elsewhere.
+//! not). Unlike llama.cpp, the caller may ask for 16-bit blocks instead ([`ActivationBits`]:
+//! `d = max|x| / 32,767`): a block is then held to `max|x| / 65,534` instead of `max|x| / 254`,
+//! and the dot multiplies 16-bit activations by the 8-bit weights. So `q8_matmul` is
+//! `round(x) · Wᵀ` with `round` = [`round_activations`] on every backend, whichever kernel runs:
+//! the integer dot where a CPU has one, the rounded activations times the dequantized weight
+//! elsewhere.
 
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
@@ -29,26 +29,26 @@ use crate::{BlockInts, BlockStorage};
 /// Values per block (one scale each).
 pub const Q8_BLOCK: usize = 32;
 
-/// How many 8-bit planes [`q8_matmul`] rounds its activations to ([`round_activations`]).
+/// The integers [`q8_matmul`] rounds its activations to ([`round_activations`]).
 ///
-/// One plane (llama.cpp's choice) keeps an input whose values are of one size, such as an
+/// Eight bits (llama.cpp's choice) keep an input whose values are of one size, such as an
 /// RMSNorm's output, to about 0.4 % of each block's largest value. An input that is a product of
 /// activations (`silu(gate) · up`, an attention output times its gate) has a few values far above
-/// the rest, and one plane rounds the rest of their block coarsely: with one plane everywhere,
+/// the rest, and eight bits round the rest of their block coarsely: with eight bits everywhere,
 /// q8 moved decisions 1.7 times as far as its weights' own rounding (the accuracy report in the
-/// repository's README); two planes for such inputs bring it to 1.1 times.
+/// repository's README); sixteen bits for such inputs bring it to the weights' own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ActivationPlanes {
-    One,
-    Two,
+pub enum ActivationBits {
+    Eight,
+    Sixteen,
 }
 
-impl ActivationPlanes {
-    /// The number of planes.
-    pub const fn count(self) -> usize {
+impl ActivationBits {
+    /// The largest integer a block holds: its largest value's magnitude is rounded to it.
+    pub const fn max_value(self) -> f32 {
         match self {
-            ActivationPlanes::One => 1,
-            ActivationPlanes::Two => 2,
+            ActivationBits::Eight => 127.0,
+            ActivationBits::Sixteen => 32_767.0,
         }
     }
 }
@@ -71,28 +71,28 @@ pub trait Q8Matmul: Backend {
         values
     }
 
-    /// `x`: `[n, in]`, rounded to `planes`; `values`: `[out, in]` ints in `-127..=127` ([`q8_values`]:
+    /// `x`: `[n, in]`, rounded to `bits`; `values`: `[out, in]` ints in `-127..=127` ([`q8_values`]:
     /// in the order of [`Q8Matmul::q8_layout`]); `scales`: `[out, in / 32]` f16 bits
     /// ([`block_scales`]); both as [`Q8Matmul::block_storage`] holds them. Returns `[n, out]`.
-    fn q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>, planes: ActivationPlanes) -> FloatTensor<Self> {
+    fn q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>, bits: ActivationBits) -> FloatTensor<Self> {
         let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
         let values = Tensor::<Self, 2, Int>::from_primitive(values);
         let scales = Tensor::<Self, 2, Int>::from_primitive(scales);
-        crate::generic::q8_matmul(x, values, scales, planes).into_primitive().tensor()
+        crate::generic::q8_matmul(x, values, scales, bits).into_primitive().tensor()
     }
 
     /// The grouped form (see [`crate::grouped_matmul`]): `x [rows, in]` sorted by expert,
     /// `counts [experts]` rows each; `values [experts, out, in]` (each weight in
     /// [`Q8Matmul::q8_layout`]) and `scales [experts, out, in / 32]`. Returns `[rows, out]`. The
     /// default is a [`Q8Matmul::q8_matmul`] per expert with rows.
-    fn grouped_q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>, counts: IntTensor<Self>, planes: ActivationPlanes) -> FloatTensor<Self> {
-        crate::generic::grouped_q8_matmul::<Self>(x, values, scales, counts, planes)
+    fn grouped_q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>, counts: IntTensor<Self>, bits: ActivationBits) -> FloatTensor<Self> {
+        crate::generic::grouped_q8_matmul::<Self>(x, values, scales, counts, bits)
     }
 }
 
 /// `round(x) [n, in] · Wᵀ -> [n, out]` with `W [out, in]` given as Q8_0 `values` and `scales`,
-/// `x` rounded to `planes`.
-pub fn q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>, planes: ActivationPlanes) -> Tensor<B, 2> {
+/// `x` rounded to `bits`.
+pub fn q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>, bits: ActivationBits) -> Tensor<B, 2> {
     let ([_, d_in], [out, _]) = (x.dims(), values.dims());
     let storage = B::block_storage();
     assert!(
@@ -107,14 +107,14 @@ pub fn q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales
         x.into_primitive().tensor(),
         values.into_primitive(),
         scales.into_primitive(),
-        planes,
+        bits,
     )))
 }
 
 /// [`q8_matmul`] grouped by expert: `x [rows, in]`, sorted by expert with `counts [experts]`
 /// rows each (summing to `rows`), times each row's expert's weight, given as Q8_0 `values
 /// [experts, out, in]` and `scales [experts, out, in / 32]`. Returns `[rows, out]`.
-pub fn grouped_q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 3, Int>, scales: Tensor<B, 3, Int>, counts: Tensor<B, 1, Int>, planes: ActivationPlanes) -> Tensor<B, 2> {
+pub fn grouped_q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 3, Int>, scales: Tensor<B, 3, Int>, counts: Tensor<B, 1, Int>, bits: ActivationBits) -> Tensor<B, 2> {
     let ([_, d_in], [experts, out, _], [c]) = (x.dims(), values.dims(), counts.dims());
     let storage = B::block_storage();
     assert!(
@@ -131,7 +131,7 @@ pub fn grouped_q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 3, Int>
         values.into_primitive(),
         scales.into_primitive(),
         counts.into_primitive(),
-        planes,
+        bits,
     )))
 }
 
@@ -233,46 +233,65 @@ fn round_half_away(x: f32) -> i32 {
     truncated + i32::from(remainder >= 0.5) - i32::from(remainder <= -0.5)
 }
 
-/// Row-major `[rows, cols]` activations (`cols` a multiple of [`Q8_BLOCK`]) rounded to `planes`
-/// of 8-bit blocks and back, as [`Q8Matmul::q8_matmul`] and [`crate::q4_matmul`] read them: plane
-/// 0 is each block of `x` rounded, each further plane the remainder that the planes before leave,
-/// rounded; the result is `Σ values · scale`, plane by plane in f32. Unlike [`quantize_q8`], the
-/// scale stays f32 and ties round to even (burn's `round`), so the generic form rounds exactly
-/// alike. In parallel over blocks.
-pub fn round_activations(x: &[f32], cols: usize, planes: ActivationPlanes) -> Vec<f32> {
+/// Row-major `[rows, cols]` activations (`cols` a multiple of [`Q8_BLOCK`]) rounded to blocks of
+/// `bits` integers and back, as [`Q8Matmul::q8_matmul`] and [`crate::q4_matmul`] read them: each
+/// block `values · scale` ([`round_activation_block`]). Unlike [`quantize_q8`], the scale stays
+/// f32 and ties round to even (burn's `round`), so the generic form rounds exactly alike. In
+/// parallel over blocks.
+pub fn round_activations(x: &[f32], cols: usize, bits: ActivationBits) -> Vec<f32> {
     assert!(cols % Q8_BLOCK == 0, "round_activations: {cols} columns are not whole blocks of {Q8_BLOCK}");
-    let planes = planes.count();
     let mut rounded = vec![0f32; x.len()];
     rounded.par_chunks_mut(Q8_BLOCK).zip(x.par_chunks(Q8_BLOCK)).for_each(|(rounded, block)| {
-        let mut values = [0i8; Q8_BLOCK * ActivationPlanes::Two.count()];
-        let mut scales = [0f32; ActivationPlanes::Two.count()];
-        round_activation_planes(block, &mut values[..planes * Q8_BLOCK], &mut scales[..planes]);
-        for (p, (values, &d)) in values.chunks_exact(Q8_BLOCK).zip(&scales[..planes]).enumerate() {
-            for (r, &v) in rounded.iter_mut().zip(values) {
-                *r = if p == 0 { v as f32 * d } else { *r + v as f32 * d };
-            }
+        let mut values = [0i16; Q8_BLOCK];
+        let d = round_activation_block(block, bits.max_value(), &mut values);
+        for (r, &v) in rounded.iter_mut().zip(&values) {
+            *r = v as f32 * d;
         }
     });
     rounded
 }
 
-/// One block of [`round_activations`]: rounds `block` into one plane per scale of `scales`, plane
-/// `p`'s 32 values to `values[32 p..]`. Inlined into its callers, so a caller compiled for a
-/// wider instruction set vectorizes it.
-#[inline(always)]
-pub(crate) fn round_activation_planes(block: &[f32], values: &mut [i8], scales: &mut [f32]) {
-    let mut rest = [0f32; Q8_BLOCK];
-    rest.copy_from_slice(block);
-    for (values, scale) in values.chunks_exact_mut(Q8_BLOCK).zip(scales) {
-        let d = rest.iter().fold(0f32, |m, x| m.max(x.abs())) / 127.0;
-        // A zero scale means a zero block (or one too small for f32): its values are 0.
-        let divisor = if d != 0.0 { d } else { 1.0 };
-        for (value, r) in values.iter_mut().zip(rest.iter_mut()) {
-            *value = (*r / divisor).round_ties_even() as i8;
-            *r -= *value as f32 * d;
-        }
-        *scale = d;
+/// An integer an activation block is rounded to: `i8` or `i16` ([`ActivationBits`]).
+pub(crate) trait ActivationInt: Copy + Default + Send + Sync {
+    /// From a value already rounded to an integer within the type's range.
+    fn from_rounded(value: f32) -> Self;
+    fn widen(self) -> i32;
+}
+
+impl ActivationInt for i8 {
+    #[inline(always)]
+    fn from_rounded(value: f32) -> Self {
+        value as i8
     }
+    #[inline(always)]
+    fn widen(self) -> i32 {
+        self as i32
+    }
+}
+
+impl ActivationInt for i16 {
+    #[inline(always)]
+    fn from_rounded(value: f32) -> Self {
+        value as i16
+    }
+    #[inline(always)]
+    fn widen(self) -> i32 {
+        self as i32
+    }
+}
+
+/// One block of [`round_activations`]: `d = max|block| / max_value`, `values = round(block / d)`
+/// (ties to even; `max_value` fits `T`); returns `d`. Inlined into its callers, so a caller
+/// compiled for a wider instruction set vectorizes it.
+#[inline(always)]
+pub(crate) fn round_activation_block<T: ActivationInt>(block: &[f32], max_value: f32, values: &mut [T]) -> f32 {
+    let d = block.iter().fold(0f32, |m, x| m.max(x.abs())) / max_value;
+    // A zero scale means a zero block (or one too small for f32): its values are 0.
+    let divisor = if d != 0.0 { d } else { 1.0 };
+    for (value, x) in values.iter_mut().zip(block) {
+        *value = T::from_rounded((x / divisor).round_ties_even());
+    }
+    d
 }
 
 /// The weights (or activations) that Q8_0 values and their scales (f16 or f32) stand for

@@ -4,7 +4,7 @@
 
 use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
 use decider_ops::{
-    CausalConv1d, DenseMatmul, Gating, Reshape, causal_conv1d, reshape, sigmoid, silu, ExpertCount, GatedDeltaRule, Half, HalfMatmul, ActivationPlanes, BlockInts, Q4_ACTIVATION_PLANES, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, UnitLowerInverse, block_scales, block_scales_f32, dense_matmul,
+    CausalConv1d, DenseMatmul, Gating, Reshape, causal_conv1d, reshape, sigmoid, silu, ExpertCount, GatedDeltaRule, Half, HalfMatmul, ActivationBits, BlockInts, Q4_ACTIVATION_BITS, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, UnitLowerInverse, block_scales, block_scales_f32, dense_matmul,
     dequantize_q4, dequantize_q8, expert_count, gated_delta_rule, generic, grouped_half_float_matmul, grouped_half_matmul, grouped_matmul, grouped_q4_matmul, grouped_q8_matmul, half_bits,
     half_bits_f32, half_float_matmul, half_floats, half_matmul, holds_half_floats, q4_matmul, q4_rows, q4_values, q8_matmul, q8_rows, q8_values, q8_values_f32, quantize_q4, quantize_q8, reference, unit_lower_inverse,
 };
@@ -156,40 +156,41 @@ fn check_empty_batch<B: Ops>(device: &B::Device) {
     assert_eq!(unit_lower_inverse(a).dims(), [0, 3, 4, 4]);
 }
 
-/// An activation row's blocks of 32 rounded to `planes` planes of 8 bits and back (in f64, where
-/// the planes add exactly), written out from the rule rather than taken from the crate: per plane,
-/// `d = max|r| / 127` in f32 and `q = round(r / d)` to the nearest, ties to even, of the
-/// remainder `r` (at first the block itself), which then becomes `r - q d` in f32.
-fn round_by_rule(x: &[f32], planes: usize) -> Vec<f64> {
+/// An activation row's blocks of 32 rounded to integers of at most `max` and back (in f64),
+/// written out from the rule rather than taken from the crate: `d = max|x| / max` in f32 and `q
+/// = round(x / d)` to the nearest, ties to even; the value is `q d`.
+fn round_by_rule(x: &[f32], max: f32) -> Vec<f64> {
     x.chunks(Q8_BLOCK)
         .flat_map(|block| {
-            let mut rest = block.to_vec();
-            let mut sum = vec![0f64; block.len()];
-            for _ in 0..planes {
-                let d = rest.iter().map(|v| v.abs()).fold(0.0, f32::max) / 127.0;
-                for (r, s) in rest.iter_mut().zip(sum.iter_mut()) {
-                    let q = if d == 0.0 { 0.0 } else { (*r / d) as f64 };
-                    let nearest = if q - q.floor() == 0.5 { 2.0 * (q / 2.0).round() } else { q.round() };
-                    *s += nearest * d as f64;
-                    *r -= nearest as f32 * d;
-                }
-            }
-            sum
+            let d = block.iter().map(|v| v.abs()).fold(0.0, f32::max) / max;
+            block.iter().map(move |&v| {
+                let q = if d == 0.0 { 0.0 } else { (v / d) as f64 };
+                let nearest = if q - q.floor() == 0.5 { 2.0 * (q / 2.0).round() } else { q.round() };
+                nearest * d as f64
+            })
         })
         .collect()
 }
 
-/// `round(x) · Wᵀ` by plain loops in f64, `x` rounded to `planes` and `W` dequantized from Q8_0
-/// blocks; with each output's `sum |x w|`, the scale of its rounding error.
-fn naive_q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usize, d_in: usize, planes: ActivationPlanes) -> (Vec<f64>, Vec<f64>) {
-    naive_block_matmul(&round_by_rule(x, planes.count()), n, d_out, d_in, |o, i| values[o * d_in + i] as f64 * scales[(o * d_in + i) / Q8_BLOCK].to_f64())
+/// The largest integer of `bits`, written out here: 127 and 32,767.
+fn largest(bits: ActivationBits) -> f32 {
+    match bits {
+        ActivationBits::Eight => 127.0,
+        ActivationBits::Sixteen => 32_767.0,
+    }
 }
 
-/// [`naive_q8_matmul`] with `x` rounded to [`Q4_ACTIVATION_PLANES`] and `W` in Q4_0
+/// `round(x) · Wᵀ` by plain loops in f64, `x` rounded to `bits` and `W` dequantized from Q8_0
+/// blocks; with each output's `sum |x w|`, the scale of its rounding error.
+fn naive_q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usize, d_in: usize, bits: ActivationBits) -> (Vec<f64>, Vec<f64>) {
+    naive_block_matmul(&round_by_rule(x, largest(bits)), n, d_out, d_in, |o, i| values[o * d_in + i] as f64 * scales[(o * d_in + i) / Q8_BLOCK].to_f64())
+}
+
+/// [`naive_q8_matmul`] with `x` rounded to [`Q4_ACTIVATION_BITS`] and `W` in Q4_0
 /// blocks, decoded as llama.cpp's `dequantize_row_q4_0` does: byte `j` of a block holds value `j`
 /// (low nibble) and value `j + 16` (high), each standing for `(q - 8) d`.
 fn naive_q4_matmul(x: &[f32], n: usize, packed: &[u8], scales: &[f16], d_out: usize, d_in: usize) -> (Vec<f64>, Vec<f64>) {
-    naive_block_matmul(&round_by_rule(x, Q4_ACTIVATION_PLANES.count()), n, d_out, d_in, |o, i| {
+    naive_block_matmul(&round_by_rule(x, largest(Q4_ACTIVATION_BITS)), n, d_out, d_in, |o, i| {
         let (block, j) = ((o * d_in + i) / Q4_BLOCK, i % Q4_BLOCK);
         let byte = packed[block * 16 + j % 16];
         let q = if j < 16 { byte & 15 } else { byte >> 4 };
@@ -213,8 +214,8 @@ fn naive_block_matmul(x: &[f64], n: usize, d_out: usize, d_in: usize, weight: im
 }
 
 /// `(n, d_out, d_in)`: one block, no tokens, one output, odd panel counts (65, 129 rows), a
-/// 2B-model width, one long row; token counts around the integer dots' tiles (8 tokens ×
-/// planes, AVX-512 and AVX2) and row counts around their groups (16 and 8 rows: 17 rows leave a group
+/// 2B-model width, one long row; token counts around the integer dots' tiles (8 tokens, 4 with
+/// 16-bit activations, AVX-512 and AVX2) and row counts around their groups (16 and 8 rows: 17 rows leave a group
 /// of one, 31 a group of 15 or 7).
 const Q8_SHAPES: [(usize, usize, usize); 9] =
     [(1, 1, 32), (0, 5, 64), (3, 1, 32), (7, 65, 96), (2, 129, 256), (130, 64, 2048), (1, 3, 4096), (9, 17, 64), (17, 31, 160)];
@@ -451,12 +452,12 @@ fn check_q8_matmul<B: Ops>(device: &B::Device) {
         // The kernel reads the values in its layout; the generic form as they are.
         let laid_out = q8_values::<B, 2>(values.clone(), [d_out, d_in], device);
         let plain = q8_rows::<B, 2>(values.clone(), [d_out, d_in], device);
-        for planes in [ActivationPlanes::One, ActivationPlanes::Two] {
-            let (expected, magnitude) = naive_q8_matmul(&x, n, &values, &scales, d_out, d_in, planes);
-            let kernel = q8_matmul(x_t.clone(), laid_out.clone(), scales_t.clone(), planes);
-            let generic = generic::q8_matmul(x_t.clone(), plain.clone(), scales_t.clone(), planes);
+        for bits in [ActivationBits::Eight, ActivationBits::Sixteen] {
+            let (expected, magnitude) = naive_q8_matmul(&x, n, &values, &scales, d_out, d_in, bits);
+            let kernel = q8_matmul(x_t.clone(), laid_out.clone(), scales_t.clone(), bits);
+            let generic = generic::q8_matmul(x_t.clone(), plain.clone(), scales_t.clone(), bits);
             for (name, out) in [("kernel", kernel), ("generic", generic)] {
-                let name = format!("{name}, {planes:?}, {n}x{d_out}x{d_in}");
+                let name = format!("{name}, {bits:?}, {n}x{d_out}x{d_in}");
                 assert_eq!(out.dims(), [n, d_out], "{name}");
                 check_outputs(&name, &out.into_data().convert::<f32>().to_vec().unwrap(), &expected, &magnitude);
             }
@@ -497,19 +498,19 @@ fn both_cpu_block_kernels_match_plain_loops() {
     for (n, d_out, d_in) in Q8_SHAPES {
         let (x, values, scales) = q8_case(&mut rng, n, d_out, d_in);
         let name = format!("{n}x{d_out}x{d_in}");
-        for planes in [ActivationPlanes::One, ActivationPlanes::Two] {
-            let (expected, magnitude) = naive_q8_matmul(&x, n, &values, &scales, d_out, d_in, planes);
-            let rounded = round_activations(&x, d_in, planes);
+        for bits in [ActivationBits::Eight, ActivationBits::Sixteen] {
+            let (expected, magnitude) = naive_q8_matmul(&x, n, &values, &scales, d_out, d_in, bits);
+            let rounded = round_activations(&x, d_in, bits);
             let dequantized = cpu::dequantized_q8_matmul(&rounded, n, &values, &scales, d_out, d_in);
-            check_outputs(&format!("dequantized, {planes:?}, {name}"), &dequantized, &expected, &magnitude);
+            check_outputs(&format!("dequantized, {bits:?}, {name}"), &dequantized, &expected, &magnitude);
             #[cfg(target_arch = "x86_64")]
             for &isa in &dots {
                 let laid_out = dot::q8_layout(isa, &values, d_out, d_in);
-                let out = dot::q8_matmul(isa, &x, n, &laid_out, &scales, d_out, d_in, planes);
-                check_outputs(&format!("{isa:?}, {planes:?}, {name}"), &out, &expected, &magnitude);
+                let out = dot::q8_matmul(isa, &x, n, &laid_out, &scales, d_out, d_in, bits);
+                check_outputs(&format!("{isa:?}, {bits:?}, {name}"), &out, &expected, &magnitude);
             }
         }
-        let rounded = round_activations(&x, d_in, Q4_ACTIVATION_PLANES);
+        let rounded = round_activations(&x, d_in, Q4_ACTIVATION_BITS);
         let (packed, q4_scales) = quantize_q4(&dequantize_q8(&values, &scales), d_in);
         let (q4_expected, q4_magnitude) = naive_q4_matmul(&x, n, &packed, &q4_scales, d_out, d_in);
         let q4_dequantized = cpu::dequantized_q4_matmul(&rounded, n, &packed, &q4_scales, d_out, d_in);
@@ -559,39 +560,38 @@ fn every_cpu_delta_rule_form_matches_the_definition() {
 }
 
 #[test]
-fn activations_round_to_planes_of_8_bit_blocks() {
+fn activations_round_to_8_and_16_bit_blocks() {
     use decider_ops::round_activations;
     let mut x = vec![0.0f32; 2 * Q8_BLOCK];
     x[..5].copy_from_slice(&[127.0, 0.5, 1.5, -2.5, 3.4]);
-    // One plane, scale 1: ties go to the even neighbour, others to the nearest.
-    let one = round_activations(&x, Q8_BLOCK, ActivationPlanes::One);
-    assert_eq!(&one[..5], &[127.0, 0.0, 2.0, -2.0, 3.0]);
-    // The second plane rounds the remainders 0, 0.5, -0.5, -0.5, 0.4 with scale 0.5 / 127 to 0,
-    // 127, -127, -127 and 102 steps, each step's value added in f32.
-    let d = 0.5f32 / 127.0;
-    let two = round_activations(&x, Q8_BLOCK, ActivationPlanes::Two);
-    assert_eq!(&two[..5], &[127.0, 127.0 * d, 2.0 - 127.0 * d, -2.0 - 127.0 * d, 3.0 + 102.0 * d]);
+    // 8 bits, scale 1: ties go to the even neighbour, others to the nearest.
+    let eight = round_activations(&x, Q8_BLOCK, ActivationBits::Eight);
+    assert_eq!(&eight[..5], &[127.0, 0.0, 2.0, -2.0, 3.0]);
+    // 16 bits, scale 127 / 32,767: 0.5, 1.5, -2.5 and 3.4 are 129.004, 387.012, -645.020 and 877.23
+    // steps, rounded to 129, 387, -645 and 877 steps, each `q d` in f32.
+    let d = 127.0f32 / 32_767.0;
+    let sixteen = round_activations(&x, Q8_BLOCK, ActivationBits::Sixteen);
+    assert_eq!(&sixteen[..5], &[32_767.0 * d, 129.0 * d, 387.0 * d, -645.0 * d, 877.0 * d]);
     // The rest of the first block, and the second block, are zero and stay zero.
-    for rounded in [one, two] {
+    for rounded in [eight, sixteen] {
         assert!(rounded[5..].iter().all(|&v| v == 0.0));
     }
     let mut rng = Rng(7);
     let x: Vec<f32> = (0..4 * 96).map(|_| 5.0 * (rng.next_f32() - 0.5)).collect();
-    for (planes, count) in [(ActivationPlanes::One, 1), (ActivationPlanes::Two, 2)] {
-        let rounded = round_activations(&x, 96, planes);
-        let expected = round_by_rule(&x, count);
-        // In f32 each plane's `q d` and their sum round once each.
+    for bits in [ActivationBits::Eight, ActivationBits::Sixteen] {
+        let rounded = round_activations(&x, 96, bits);
+        let expected = round_by_rule(&x, largest(bits));
+        // In f32 `q d` rounds once.
         for (i, (&got, &want)) in rounded.iter().zip(&expected).enumerate() {
-            assert!((got as f64 - want).abs() <= want.abs() * 2.0 * f32::EPSILON as f64, "{count} planes, value {i}: {got} != {want}");
+            assert!((got as f64 - want).abs() <= want.abs() * f32::EPSILON as f64, "{bits:?}, value {i}: {got} != {want}");
         }
-        // One plane holds a block within half its step, `max|x| / 254`; two within half of the
-        // second plane's step, whose `max` is at most half the first step: `max|x| / 64,516`;
-        // the f32 result rounds once more (`max|x| · EPS` covers its two roundings).
-        let bound = if count == 1 { 254.0 } else { 2.0 * 127.0 * 254.0 };
+        // A block is held within half its step, `max|x| / 254` or `max|x| / 65,534`; the f32
+        // result rounds once more (`max|x| · EPS` covers it and the scale's rounding).
+        let bound = 2.0 * largest(bits) as f64;
         for (block, rounded) in x.chunks(Q8_BLOCK).zip(rounded.chunks(Q8_BLOCK)) {
             let max = block.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
             for (&v, &r) in block.iter().zip(rounded) {
-                assert!((v as f64 - r as f64).abs() <= max / bound + max * f32::EPSILON as f64, "{count} planes: {v} rounded to {r}, block max {max}");
+                assert!((v as f64 - r as f64).abs() <= max / bound + max * f32::EPSILON as f64, "{bits:?}: {v} rounded to {r}, block max {max}");
             }
         }
     }
@@ -898,24 +898,24 @@ fn check_grouped_q8_matmul<B: Ops>(device: &B::Device) {
         let scales_t = block_scales::<B, 3>(scales, [experts, d_out, d_in / Q8_BLOCK], device);
         let counts_t = counts_tensor::<B>(counts, device);
         let values_t = q8_values::<B, 3>(values, [experts, d_out, d_in], device);
-        for planes in [ActivationPlanes::One, ActivationPlanes::Two] {
+        for bits in [ActivationBits::Eight, ActivationBits::Sixteen] {
             let (mut expected, mut magnitude) = (Vec::new(), Vec::new());
             for ((x, values, scales), &c) in cases.iter().zip(counts) {
-                let (out, size) = naive_q8_matmul(x, c, values, scales, d_out, d_in, planes);
+                let (out, size) = naive_q8_matmul(x, c, values, scales, d_out, d_in, bits);
                 expected.extend(out);
                 magnitude.extend(size);
             }
-            let kernel = grouped_q8_matmul(x_t.clone(), values_t.clone(), scales_t.clone(), counts_t.clone(), planes);
+            let kernel = grouped_q8_matmul(x_t.clone(), values_t.clone(), scales_t.clone(), counts_t.clone(), bits);
             // The generic form is the backend's own q8 matmul per expert: it reads the same layout.
             let generic = generic::grouped_q8_matmul::<B>(
                 x_t.clone().into_primitive().tensor(),
                 values_t.clone().into_primitive(),
                 scales_t.clone().into_primitive(),
                 counts_t.clone().into_primitive(),
-                planes,
+                bits,
             );
             for (form, out) in [("kernel", kernel), ("generic", Tensor::from_primitive(TensorPrimitive::Float(generic)))] {
-                let form = format!("{form}, {planes:?}, {name}");
+                let form = format!("{form}, {bits:?}, {name}");
                 assert_eq!(out.dims(), [rows, d_out], "{form}");
                 check_outputs(&form, &out.into_data().convert::<f32>().to_vec::<f32>().unwrap(), &expected, &magnitude);
             }

@@ -18,7 +18,7 @@ use std::str::FromStr;
 use burn::module::{Module, Param, ParamId};
 use burn::tensor::{FloatDType, Int, Tensor, backend::Backend};
 use decider_ops::{
-    ActivationPlanes, BlockInts, Half, HalfMatmul, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, grouped_half_float_matmul, grouped_half_matmul, grouped_q4_matmul, grouped_q8_matmul,
+    ActivationBits, BlockInts, Half, HalfMatmul, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, grouped_half_float_matmul, grouped_half_matmul, grouped_q4_matmul, grouped_q8_matmul,
     half_bits_f32, half_float_matmul, half_matmul, holds_half_floats, q4_matmul, q8_matmul,
 };
 use serde::{Deserialize, Serialize};
@@ -158,23 +158,23 @@ impl FromStr for WeightChoice {
 }
 
 /// What a projection's input is: it sets how finely a Q8_0 weight's integer dot rounds that input
-/// ([`ActivationPlanes`], whose doc gives the measured effect).
+/// ([`ActivationBits`], whose doc gives the measured effect).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ProjectionInput {
     /// An RMSNorm's output (the layer's `input_layernorm` or `post_attention_layernorm`): values
-    /// of one size, rounded to one 8-bit plane, as llama.cpp does.
+    /// of one size, rounded to 8 bits, as llama.cpp does.
     Normed,
     /// A product of activations (`silu(gate) · up`, attention's output times its gate, the
-    /// DeltaNet's gated norm): a few values far above the rest, rounded to two planes.
+    /// DeltaNet's gated norm): a few values far above the rest, rounded to 16 bits.
     Product,
 }
 
 impl ProjectionInput {
-    /// The planes a Q8_0 weight's integer dot rounds this input to.
-    pub fn activation_planes(self) -> ActivationPlanes {
+    /// The integers a Q8_0 weight's integer dot rounds this input to.
+    pub fn activation_bits(self) -> ActivationBits {
         match self {
-            ProjectionInput::Normed => ActivationPlanes::One,
-            ProjectionInput::Product => ActivationPlanes::Two,
+            ProjectionInput::Normed => ActivationBits::Eight,
+            ProjectionInput::Product => ActivationBits::Sixteen,
         }
     }
 }
@@ -191,7 +191,7 @@ pub struct Q8Weight<B: Backend, const D: usize> {
     pub scales: Param<Tensor<B, D, Int>>,
     /// What the input is rounded to for the integer dot (set by the input's kind, not stored).
     #[module(skip)]
-    pub planes: ActivationPlanes,
+    pub bits: ActivationBits,
 }
 
 impl<B: Q8Matmul, const D: usize> Q8Weight<B, D> {
@@ -199,7 +199,7 @@ impl<B: Q8Matmul, const D: usize> Q8Weight<B, D> {
     /// a checkpoint (nothing is allocated until a parameter is read).
     pub fn init(weight_dims: [usize; D], input: ProjectionInput, device: &B::Device) -> Self {
         let (values, scales) = lazy_q8_params(weight_dims, device);
-        Q8Weight { values, scales, planes: input.activation_planes() }
+        Q8Weight { values, scales, bits: input.activation_bits() }
     }
 
     /// The weight's shape `[..., out, in]`.
@@ -225,7 +225,7 @@ fn lazy_int_param<B: Backend, const D: usize>(shape: [usize; D], device: &B::Dev
 impl<B: Q8Matmul> Q8Weight<B, 2> {
     /// `x [n, in] · Wᵀ -> [n, out]`.
     pub fn matmul(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        q8_matmul(x, self.values.val(), self.scales.val(), self.planes)
+        q8_matmul(x, self.values.val(), self.scales.val(), self.bits)
     }
 }
 
@@ -233,7 +233,7 @@ impl<B: Q8Matmul> Q8Weight<B, 3> {
     /// `x [rows, in]`, sorted by expert with `counts [experts]` rows each, times each row's
     /// expert's `Wᵀ`: `[rows, out]`.
     pub fn grouped_matmul(&self, x: Tensor<B, 2>, counts: Tensor<B, 1, Int>) -> Tensor<B, 2> {
-        grouped_q8_matmul(x, self.values.val(), self.scales.val(), counts, self.planes)
+        grouped_q8_matmul(x, self.values.val(), self.scales.val(), counts, self.bits)
     }
 }
 

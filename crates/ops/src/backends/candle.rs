@@ -58,17 +58,17 @@ impl<F: FloatCandleElement, I: IntCandleElement> crate::Q8Matmul for Candle<F, I
         BlockStorage::Bytes
     }
 
-    fn q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>, planes: crate::ActivationPlanes) -> FloatTensor<Self> {
+    fn q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>, bits: crate::ActivationBits) -> FloatTensor<Self> {
         let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
         let (values, scales) = (Tensor::<Self, 2, Int>::from_primitive(values), Tensor::<Self, 2, Int>::from_primitive(scales));
         let (CandleDevice::Cpu, DType::F32, DType::U8, DType::U8) = (x.device(), x.dtype(), values.dtype(), scales.dtype()) else {
-            return generic::q8_matmul(x, values, scales, planes).into_primitive().tensor();
+            return generic::q8_matmul(x, values, scales, bits).into_primitive().tensor();
         };
         let ([n, d_in], [d_out, _]) = (x.dims(), values.dims());
         let x = x.into_data().into_vec::<f32>().expect("f32 activations");
         // Held plus 128: flipping the top bit gives the value's two's complement byte.
         let values = values.into_data().into_vec::<u8>().expect("u8 values").into_iter().map(|v| (v ^ 0x80) as i8).collect();
-        let out = cpu::q8_matmul(&x, n, &cpu::q8_layout(values, d_out, d_in), &host_scales(scales.into_data()), d_out, d_in, planes);
+        let out = cpu::q8_matmul(&x, n, &cpu::q8_layout(values, d_out, d_in), &host_scales(scales.into_data()), d_out, d_in, bits);
         Tensor::<Self, 2>::from_data(TensorData::new(out, [n, d_out]), &CandleDevice::Cpu).into_primitive().tensor()
     }
 }

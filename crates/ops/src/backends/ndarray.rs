@@ -6,7 +6,7 @@ use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, Int, Shape, Tensor, TensorData, TensorMetadata, TensorPrimitive};
 use half::slice::HalfBitsSliceExt;
 
-use crate::{ActivationPlanes, CausalConv1d, DenseMatmul, ExpertCount, GatedDeltaRule, Gating, Half, Reshape, UnitLowerInverse, cpu, generic};
+use crate::{ActivationBits, CausalConv1d, DenseMatmul, ExpertCount, GatedDeltaRule, Gating, Half, Reshape, UnitLowerInverse, cpu, generic};
 
 /// Calls `f` on the contiguous values of an ndarray storage (copied only if not in standard
 /// layout). Going through `TensorData` instead copies element by element whenever the array is
@@ -73,33 +73,33 @@ where
         }
     }
 
-    fn q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>, planes: ActivationPlanes) -> FloatTensor<Self> {
+    fn q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>, bits: ActivationBits) -> FloatTensor<Self> {
         let ([n, d_in], [d_out, _]) = (x.shape().dims::<2>(), values.shape().dims::<2>());
         let out = match (&x, &values, &scales) {
             (NdArrayTensor::F32(x), NdArrayTensor::I8(values), NdArrayTensor::U16(scales)) => {
                 with_slice!(x, |x| with_slice!(values, |values| with_slice!(scales, |scales| {
-                    cpu::q8_matmul(x, n, values, scales.reinterpret_cast(), d_out, d_in, planes)
+                    cpu::q8_matmul(x, n, values, scales.reinterpret_cast(), d_out, d_in, bits)
                 })))
             }
             _ => {
                 let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
                 let values = Tensor::<Self, 2, Int>::from_primitive(values);
                 let scales = Tensor::<Self, 2, Int>::from_primitive(scales);
-                return generic::q8_matmul(x, values, scales, planes).into_primitive().tensor();
+                return generic::q8_matmul(x, values, scales, bits).into_primitive().tensor();
             }
         };
         float_tensor::<Self, 2>(out, [n, d_out])
     }
 
-    fn grouped_q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>, counts: IntTensor<Self>, planes: ActivationPlanes) -> FloatTensor<Self> {
+    fn grouped_q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>, counts: IntTensor<Self>, bits: ActivationBits) -> FloatTensor<Self> {
         let ([rows, _], [_, d_out, d_in]) = (x.shape().dims::<2>(), values.shape().dims::<3>());
         let out = match (&x, &values, &scales, host_counts(&counts)) {
             (NdArrayTensor::F32(x), NdArrayTensor::I8(values), NdArrayTensor::U16(scales), Some(counts)) => {
                 with_slice!(x, |x| with_slice!(values, |values| with_slice!(scales, |scales| {
-                    cpu::grouped_q8_matmul(x, &counts, values, scales.reinterpret_cast(), d_out, d_in, planes)
+                    cpu::grouped_q8_matmul(x, &counts, values, scales.reinterpret_cast(), d_out, d_in, bits)
                 })))
             }
-            _ => return generic::grouped_q8_matmul::<Self>(x, values, scales, counts, planes),
+            _ => return generic::grouped_q8_matmul::<Self>(x, values, scales, counts, bits),
         };
         float_tensor::<Self, 2>(out, [rows, d_out])
     }

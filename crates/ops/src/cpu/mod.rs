@@ -9,7 +9,7 @@ use half::f16;
 use num_traits::Float;
 use rayon::prelude::*;
 
-use crate::{ActivationPlanes, Half, Q4_ACTIVATION_PLANES, round_activations};
+use crate::{ActivationBits, Half, Q4_ACTIVATION_BITS, round_activations};
 
 pub use isa::Isa;
 
@@ -122,26 +122,26 @@ pub fn unit_lower_inverse<T: Float + Send + Sync>(a: &[T], n: usize) -> Vec<T> {
 }
 
 /// `round(x) [n, d_in] · Wᵀ -> [n, d_out]` for `W [d_out, d_in]` in Q8_0 blocks (`values` in
-/// [`q8_layout`], `scales [d_out, d_in / 32]`), the activations rounded to `planes` of 8-bit
-/// blocks ([`round_activations`]): the [`integer_dot`] where the CPU has one (x86-64 with AVX2),
+/// [`q8_layout`], `scales [d_out, d_in / 32]`), the activations rounded to blocks of `bits`
+/// integers ([`round_activations`]): the [`integer_dot`] where the CPU has one (x86-64 with AVX2),
 /// else [`dequantized_q8_matmul`] on the rounded activations.
-pub fn q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usize, d_in: usize, planes: ActivationPlanes) -> Vec<f32> {
+pub fn q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usize, d_in: usize, bits: ActivationBits) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
     if let Some(isa) = dot_isa() {
-        return integer_dot::q8_matmul(isa, x, n, values, scales, d_out, d_in, planes);
+        return integer_dot::q8_matmul(isa, x, n, values, scales, d_out, d_in, bits);
     }
-    let x = round_activations(x, d_in, planes);
+    let x = round_activations(x, d_in, bits);
     dequantized_q8_matmul(&x, n, values, scales, d_out, d_in)
 }
 
 /// [`q8_matmul`] for `W` in Q4_0 blocks (`packed [d_out, d_in / 2]` in [`q4_layout`]), the
-/// activations rounded to [`Q4_ACTIVATION_PLANES`].
+/// activations rounded to [`Q4_ACTIVATION_BITS`].
 pub fn q4_matmul(x: &[f32], n: usize, packed: &[u8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
     if let Some(isa) = dot_isa() {
         return integer_dot::q4_matmul(isa, x, n, packed, scales, d_out, d_in);
     }
-    let x = round_activations(x, d_in, Q4_ACTIVATION_PLANES);
+    let x = round_activations(x, d_in, Q4_ACTIVATION_BITS);
     dequantized_q4_matmul(&x, n, packed, scales, d_out, d_in)
 }
 
@@ -352,10 +352,10 @@ pub fn grouped_matmul(x: &[f32], counts: &[usize], weights: &[f32], d_in: usize,
 ///
 /// # Panics
 /// If the slices do not match the shapes (`counts` summing to `rows`).
-pub fn grouped_q8_matmul(x: &[f32], counts: &[usize], values: &[i8], scales: &[f16], d_out: usize, d_in: usize, planes: ActivationPlanes) -> Vec<f32> {
+pub fn grouped_q8_matmul(x: &[f32], counts: &[usize], values: &[i8], scales: &[f16], d_out: usize, d_in: usize, bits: ActivationBits) -> Vec<f32> {
     let (size, blocks) = (d_out * d_in, d_out * d_in / crate::Q8_BLOCK);
     check_grouped(x, counts, d_in, (values.len(), scales.len()), (size, blocks));
-    per_expert(x, counts, d_in, |e, x, rows| q8_matmul(x, rows, &values[e * size..][..size], &scales[e * blocks..][..blocks], d_out, d_in, planes))
+    per_expert(x, counts, d_in, |e, x, rows| q8_matmul(x, rows, &values[e * size..][..size], &scales[e * blocks..][..blocks], d_out, d_in, bits))
 }
 
 /// [`grouped_q8_matmul`] with the experts' weights in Q4_0 blocks (`packed [E, d_out, d_in / 2]`

@@ -8,10 +8,15 @@
 //! token's block, as with VNNI. Q8_0's `w + 128` would overflow, so the weight's magnitude `|w|`
 //! is the unsigned operand and its sign moves onto the activation (`vpsignb`): `|w| · sign(w) x
 //! = w x`, each pair of products at most 2 × 128 × 127 = 32,512.
+//!
+//! With 16-bit activations the weights are widened instead (`vpmovsxbw`, once a register for
+//! all the tile's tokens): `vpmaddwd` then multiplies 16 weights by a token's 4 activations
+//! broadcast 4 times and adds pairs, so a register of 4 rows' 4 inputs gets 2 lanes a row. A
+//! block's lanes are added in pairs at its end.
 
 use std::arch::x86_64::*;
 
-use super::{Activations, Format, Group};
+use super::{Activations, Format, Group, Rounding};
 use crate::Q8_BLOCK;
 
 pub(super) struct Kernel;
@@ -29,12 +34,12 @@ impl super::Kernel for Kernel {
     }
 
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn round_block(block: &[f32], values: &mut [i8], scales: &mut [f32], sums: &mut [i32]) {
-        super::round_block(block, values, scales, sums)
+    unsafe fn round_block<T: Rounding>(block: &[f32], values: &mut [T]) -> (f32, i32) {
+        super::round_block(block, values)
     }
 
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn tile<F: Format, const PLANES: usize, const C: usize>(group: &Group, x: &Activations<PLANES>, token: usize, out: *mut f32, d_out: usize) {
+    unsafe fn tile<F: Format, const C: usize>(group: &Group, x: &Activations<i8>, token: usize, out: *mut f32, d_out: usize) {
         // Lanes `0..rows` (all lanes but in a weight's last group).
         let lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(group.rows as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         let ones = _mm256_set1_epi16(1);
@@ -46,9 +51,7 @@ impl super::Kernel for Kernel {
         };
         let mut sums = [_mm256_setzero_ps(); C];
         for b in 0..x.blocks {
-            let mut dots: [[__m256i; C]; PLANES] = std::array::from_fn(|p| {
-                std::array::from_fn(|j| if F::NIBBLES { _mm256_set1_epi32(-8 * x.sums[x.at(token + j, b, p)]) } else { _mm256_setzero_si256() })
-            });
+            let mut dots: [__m256i; C] = std::array::from_fn(|j| if F::NIBBLES { _mm256_set1_epi32(-8 * x.sums[x.at(token + j, b)]) } else { _mm256_setzero_si256() });
             // A loop, not 4 copies: unrolled, the compiler loaded all 8 steps' weights ahead and
             // spilled them to the stack (16 registers only).
             for pair in 0..std::hint::black_box(Q8_BLOCK / 8) {
@@ -63,24 +66,63 @@ impl super::Kernel for Kernel {
                 };
                 for (s, w) in steps.into_iter().enumerate() {
                     let magnitude = if F::NIBBLES { w } else { _mm256_abs_epi8(w) };
-                    for (p, dots) in dots.iter_mut().enumerate() {
-                        for (j, dot) in dots.iter_mut().enumerate() {
-                            // SAFETY: token `token + j < n`, block `b`, plane `p` and step `2 pair
-                            // + s < 8` are within the activations.
-                            let four = _mm256_set1_epi32(unsafe { x.four(token + j, b, p, 2 * pair + s).read_unaligned() });
-                            let signed = if F::NIBBLES { four } else { _mm256_sign_epi8(four, w) };
-                            *dot = _mm256_add_epi32(*dot, _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, signed), ones));
-                        }
+                    for (j, dot) in dots.iter_mut().enumerate() {
+                        // SAFETY: token `token + j < n`, block `b` and step `2 pair + s < 8` are
+                        // within the activations.
+                        let four = _mm256_set1_epi32(unsafe { x.four(token + j, b, 2 * pair + s).cast::<i32>().read_unaligned() });
+                        let signed = if F::NIBBLES { four } else { _mm256_sign_epi8(four, w) };
+                        *dot = _mm256_add_epi32(*dot, _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, signed), ones));
                     }
                 }
             }
             // SAFETY: `scales` holds 8 lanes for each block.
             let weight_scales = unsafe { _mm256_loadu_ps(group.scales.as_ptr().add(b * Self::GROUP)) };
-            for (p, dots) in dots.into_iter().enumerate() {
-                for (j, (sum, dot)) in sums.iter_mut().zip(dots).enumerate() {
-                    let scale = _mm256_mul_ps(weight_scales, _mm256_set1_ps(x.scales[x.at(token + j, b, p)]));
-                    *sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, *sum);
+            for (j, (sum, dot)) in sums.iter_mut().zip(dots).enumerate() {
+                let scale = _mm256_mul_ps(weight_scales, _mm256_set1_ps(x.scales[x.at(token + j, b)]));
+                *sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, *sum);
+            }
+        }
+        for (j, sum) in sums.into_iter().enumerate() {
+            // SAFETY: the caller's `out` plus token `j`'s row holds the group's `rows` columns.
+            unsafe {
+                let at = out.add(j * d_out);
+                if group.full { _mm256_storeu_ps(at, sum) } else { _mm256_maskstore_ps(at, lanes, sum) }
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn wide_tile<const C: usize>(group: &Group, x: &Activations<i16>, token: usize, out: *mut f32, d_out: usize) {
+        let lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(group.rows as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        let load = |at: *const u8| {
+            // SAFETY: as in `tile`.
+            unsafe { if group.full { _mm256_loadu_si256(at.cast()) } else { _mm256_maskload_epi32(at.cast(), lanes) } }
+        };
+        let mut sums = [_mm256_setzero_ps(); C];
+        for b in 0..x.blocks {
+            // Per token, rows 0–3 and rows 4–7: lanes `2 r` and `2 r + 1` hold row `r`'s inputs
+            // `4 k, 4 k + 1` and `4 k + 2, 4 k + 3` summed over the steps `k`.
+            let mut dots = [[_mm256_setzero_si256(); 2]; C];
+            for step in 0..std::hint::black_box(Q8_BLOCK / 4) {
+                // SAFETY: the group holds `rows × 4` bytes for each step.
+                let w = load(unsafe { group.weights.as_ptr().add((b * Q8_BLOCK / 4 + step) * group.rows * 4) });
+                let halves = [_mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)), _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w, 1))];
+                for (j, dots) in dots.iter_mut().enumerate() {
+                    // SAFETY: token `token + j < n`, block `b` and step `< 8` are within the
+                    // activations.
+                    let four = _mm256_set1_epi64x(unsafe { x.four(token + j, b, step).cast::<i64>().read_unaligned() });
+                    for (dot, half) in dots.iter_mut().zip(halves) {
+                        *dot = _mm256_add_epi32(*dot, _mm256_madd_epi16(half, four));
+                    }
                 }
+            }
+            // SAFETY: `scales` holds 8 lanes for each block.
+            let weight_scales = unsafe { _mm256_loadu_ps(group.scales.as_ptr().add(b * Self::GROUP)) };
+            for (j, (sum, [low, high])) in sums.iter_mut().zip(dots).enumerate() {
+                // Pairs added: rows 0, 1, 4, 5 | 2, 3, 6, 7; the 64-bit quarters reordered.
+                let dot = _mm256_permute4x64_epi64(_mm256_hadd_epi32(low, high), 0b11_01_10_00);
+                let scale = _mm256_mul_ps(weight_scales, _mm256_set1_ps(x.scales[x.at(token + j, b)]));
+                *sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, *sum);
             }
         }
         for (j, sum) in sums.into_iter().enumerate() {

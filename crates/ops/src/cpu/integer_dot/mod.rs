@@ -10,8 +10,9 @@
 //! products to a group's outputs. Eight such steps cover a block of 32 inputs; the block's
 //! integer sums are then scaled (weight scale × activation scale) into f32 accumulators. The f32
 //! work is thus one step per 8 integer steps, where a dot product per output (llama.cpp's
-//! `ggml_vec_dot_q8_0_q8_0`) pays it every step. Activations rounded to two planes
-//! ([`crate::ActivationPlanes`]) take one product per plane on the same weight registers.
+//! `ggml_vec_dot_q8_0_q8_0`) pays it every step. Activations rounded to 16 bits
+//! ([`crate::ActivationBits::Sixteen`]) take a second tile ([`Kernel::wide_tile`]): the same
+//! weight registers widened to 16 bits, 2 inputs a lane (`vpmaddwd`, VNNI's `vpdpwssd`).
 //!
 //! Signs: both instructions want one operand unsigned. Each kernel says how it reads the weights
 //! ([`avx512`] as unsigned bytes `w + bias`, a lane then starting from `-bias Σ x` of its
@@ -21,7 +22,8 @@
 use half::f16;
 use rayon::prelude::*;
 
-use crate::{ActivationPlanes, Q4_ACTIVATION_PLANES, Q4_BLOCK, Q8_BLOCK};
+use crate::q8_matmul::{ActivationInt, round_activation_block};
+use crate::{ActivationBits, Q4_ACTIVATION_BITS, Q4_BLOCK, Q8_BLOCK};
 
 mod avx2;
 mod avx512;
@@ -118,7 +120,7 @@ fn regroup<T: Copy + Default + Send + Sync>(group: usize, values: &[T], d_out: u
 }
 
 /// `round(x) [n, d_in] · Wᵀ -> [n, d_out]`: `W` as Q8_0 `values` in `isa`'s [`q8_layout`] and
-/// `scales [d_out, d_in / 32]`, `x` rounded here to `planes` ([`crate::round_activations`],
+/// `scales [d_out, d_in / 32]`, `x` rounded here to `bits` ([`crate::round_activations`],
 /// compiled for the kernel's instructions). Parallel over groups of weight rows; each group's
 /// values are read once per tile of tokens.
 ///
@@ -126,27 +128,27 @@ fn regroup<T: Copy + Default + Send + Sync>(group: usize, values: &[T], d_out: u
 /// If the CPU lacks the instructions ([`DotIsa::available`]) or the lengths do not match the
 /// shape.
 #[allow(clippy::too_many_arguments)]
-pub fn q8_matmul(isa: DotIsa, x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usize, d_in: usize, planes: ActivationPlanes) -> Vec<f32> {
+pub fn q8_matmul(isa: DotIsa, x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usize, d_in: usize, bits: ActivationBits) -> Vec<f32> {
     // SAFETY: i8 and u8 have the same size and alignment.
     let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), values.len()) };
-    match (isa, planes) {
-        (DotIsa::Avx512Vnni, ActivationPlanes::One) => matmul::<avx512::Kernel, Q8, 1>(x, n, bytes, scales, d_out, d_in),
-        (DotIsa::Avx512Vnni, ActivationPlanes::Two) => matmul::<avx512::Kernel, Q8, 2>(x, n, bytes, scales, d_out, d_in),
-        (DotIsa::Avx2, ActivationPlanes::One) => matmul::<avx2::Kernel, Q8, 1>(x, n, bytes, scales, d_out, d_in),
-        (DotIsa::Avx2, ActivationPlanes::Two) => matmul::<avx2::Kernel, Q8, 2>(x, n, bytes, scales, d_out, d_in),
+    match (isa, bits) {
+        (DotIsa::Avx512Vnni, ActivationBits::Eight) => matmul::<avx512::Kernel, Q8, i8>(x, n, bytes, scales, d_out, d_in),
+        (DotIsa::Avx512Vnni, ActivationBits::Sixteen) => matmul::<avx512::Kernel, Q8, i16>(x, n, bytes, scales, d_out, d_in),
+        (DotIsa::Avx2, ActivationBits::Eight) => matmul::<avx2::Kernel, Q8, i8>(x, n, bytes, scales, d_out, d_in),
+        (DotIsa::Avx2, ActivationBits::Sixteen) => matmul::<avx2::Kernel, Q8, i16>(x, n, bytes, scales, d_out, d_in),
     }
 }
 
 /// [`q8_matmul`] for Q4_0: `W` as packed bytes `[d_out, d_in / 2]` in `isa`'s [`q4_layout`],
-/// `x` rounded to [`Q4_ACTIVATION_PLANES`].
+/// `x` rounded to [`Q4_ACTIVATION_BITS`] (8).
 ///
 /// # Panics
 /// As [`q8_matmul`].
 pub fn q4_matmul(isa: DotIsa, x: &[f32], n: usize, packed: &[u8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
-    const PLANES: usize = Q4_ACTIVATION_PLANES.count();
+    const { assert!(matches!(Q4_ACTIVATION_BITS, ActivationBits::Eight)) };
     match isa {
-        DotIsa::Avx512Vnni => matmul::<avx512::Kernel, Q4, PLANES>(x, n, packed, scales, d_out, d_in),
-        DotIsa::Avx2 => matmul::<avx2::Kernel, Q4, PLANES>(x, n, packed, scales, d_out, d_in),
+        DotIsa::Avx512Vnni => matmul::<avx512::Kernel, Q4, i8>(x, n, packed, scales, d_out, d_in),
+        DotIsa::Avx2 => matmul::<avx2::Kernel, Q4, i8>(x, n, packed, scales, d_out, d_in),
     }
 }
 
@@ -172,41 +174,83 @@ impl Format for Q4 {
     const NIBBLES: bool = true;
 }
 
-/// The instructions one kernel is compiled for: its group and tile sizes, and its tile.
+/// The instructions one kernel is compiled for: its group and tile sizes, and its tiles.
 trait Kernel {
     /// Weight rows per group: the i32 lanes of a register.
     const GROUP: usize;
-    /// Tokens times activation planes per tile: the accumulators (an f32 register per token and
-    /// an i32 one per token and plane) and the step's operands fit in the registers.
+    /// Tokens per tile with 8-bit activations (half as many with 16-bit ones, which take two i32
+    /// registers a token): the accumulators (an f32 register and one or two i32 ones per token)
+    /// and the step's operands fit in the registers.
     const TILE: usize;
 
     /// Whether this CPU runs the kernel.
     fn available() -> bool;
 
-    /// One block of activations rounded into its planes (values, scales) and each plane's sum of
-    /// values, compiled for the kernel's instructions (where the rounding vectorises).
+    /// One block of activations rounded to `T` (values, scale, sum of values), compiled for the
+    /// kernel's instructions (where the rounding vectorises).
     ///
     /// # Safety
     /// The CPU runs the kernel ([`Kernel::available`]).
-    unsafe fn round_block(block: &[f32], values: &mut [i8], scales: &mut [f32], sums: &mut [i32]);
+    unsafe fn round_block<T: Rounding>(block: &[f32], values: &mut [T]) -> (f32, i32);
 
-    /// Outputs of one group for `C` tokens from `token`, written to `out + j * d_out` for token
-    /// `j`.
+    /// Outputs of one group for `C` tokens from `token`, 8-bit activations, written to `out + j
+    /// * d_out` for token `j`.
     ///
     /// # Safety
     /// The CPU runs the kernel; tokens `token..token + C` are in `x`; `out` plus each token's
     /// row holds the group's columns.
-    unsafe fn tile<F: Format, const PLANES: usize, const C: usize>(group: &Group, x: &Activations<PLANES>, token: usize, out: *mut f32, d_out: usize);
+    unsafe fn tile<F: Format, const C: usize>(group: &Group, x: &Activations<i8>, token: usize, out: *mut f32, d_out: usize);
+
+    /// [`Kernel::tile`] for Q8_0 weights and 16-bit activations.
+    ///
+    /// # Safety
+    /// As [`Kernel::tile`].
+    unsafe fn wide_tile<const C: usize>(group: &Group, x: &Activations<i16>, token: usize, out: *mut f32, d_out: usize);
 }
 
-/// Rounds each block of `x [n, d_in]` (its planes, their scales and value sums) as `planes`
-/// blocks: the activations every group of a product reads.
-fn round_activations<K: Kernel, const PLANES: usize>(x: &[f32], n: usize, d_in: usize) -> (Vec<i8>, Vec<f32>, Vec<i32>) {
-    let count = n * (d_in / Q8_BLOCK) * PLANES;
-    let (mut xq, mut xs, mut sums) = (vec![0i8; count * Q8_BLOCK], vec![0f32; count], vec![0i32; count]);
-    let rounded = xq.par_chunks_mut(Q8_BLOCK * PLANES).zip(xs.par_chunks_mut(PLANES)).zip(sums.par_chunks_mut(PLANES));
+/// The activations' integer (8 or 16 bits), and the tile that reads it.
+trait Rounding: ActivationInt {
+    /// What [`crate::ActivationBits`] calls it.
+    const BITS: ActivationBits;
+    /// The i32 registers a token's dot takes in a tile (a tile holds `TILE / REGISTERS` tokens).
+    const REGISTERS: usize;
+
+    /// `K`'s tile for these activations and weights in format `F`, for `C` tokens.
+    ///
+    /// # Safety
+    /// As [`Kernel::tile`].
+    unsafe fn tile<K: Kernel, F: Format, const C: usize>(group: &Group, x: &Activations<Self>, token: usize, out: *mut f32, d_out: usize);
+}
+
+impl Rounding for i8 {
+    const BITS: ActivationBits = ActivationBits::Eight;
+    const REGISTERS: usize = 1;
+
+    unsafe fn tile<K: Kernel, F: Format, const C: usize>(group: &Group, x: &Activations<i8>, token: usize, out: *mut f32, d_out: usize) {
+        // SAFETY: the caller's.
+        unsafe { K::tile::<F, C>(group, x, token, out, d_out) }
+    }
+}
+
+impl Rounding for i16 {
+    const BITS: ActivationBits = ActivationBits::Sixteen;
+    const REGISTERS: usize = 2;
+
+    unsafe fn tile<K: Kernel, F: Format, const C: usize>(group: &Group, x: &Activations<i16>, token: usize, out: *mut f32, d_out: usize) {
+        assert!(!F::NIBBLES, "integer_dot: 16-bit activations are for Q8_0 weights");
+        // SAFETY: the caller's.
+        unsafe { K::wide_tile::<C>(group, x, token, out, d_out) }
+    }
+}
+
+/// Rounds each block of `x [n, d_in]` to `T` (its values, scale and value sum): the activations
+/// every group of a product reads.
+fn round_activations<K: Kernel, T: Rounding>(x: &[f32], n: usize, d_in: usize) -> (Vec<T>, Vec<f32>, Vec<i32>) {
+    let count = n * (d_in / Q8_BLOCK);
+    let (mut xq, mut xs, mut sums) = (vec![T::default(); count * Q8_BLOCK], vec![0f32; count], vec![0i32; count]);
+    let rounded = xq.par_chunks_mut(Q8_BLOCK).zip(xs.par_iter_mut()).zip(sums.par_iter_mut());
     // SAFETY: the callers check `K::available()`.
-    rounded.zip(x.par_chunks(Q8_BLOCK)).for_each(|(((values, scales), sums), block)| unsafe { K::round_block(block, values, scales, sums) });
+    rounded.zip(x.par_chunks(Q8_BLOCK)).for_each(|(((values, scale), sum), block)| (*scale, *sum) = unsafe { K::round_block(block, values) });
     (xq, xs, sums)
 }
 
@@ -214,14 +258,12 @@ fn round_activations<K: Kernel, const PLANES: usize>(x: &[f32], n: usize, d_in: 
 /// each compiles it for its own instructions (called, it ran for the baseline x86-64, a libm
 /// `rintf` call a value).
 #[inline(always)]
-fn round_block(block: &[f32], values: &mut [i8], scales: &mut [f32], sums: &mut [i32]) {
-    crate::q8_matmul::round_activation_planes(block, values, scales);
-    for (sum, plane) in sums.iter_mut().zip(values.chunks_exact(Q8_BLOCK)) {
-        *sum = plane.iter().map(|&v| v as i32).sum::<i32>();
-    }
+fn round_block<T: Rounding>(block: &[f32], values: &mut [T]) -> (f32, i32) {
+    let scale = round_activation_block(block, T::BITS.max_value(), values);
+    (scale, values.iter().map(|v| v.widen()).sum())
 }
 
-fn matmul<K: Kernel, F: Format, const PLANES: usize>(x: &[f32], n: usize, weights: &[u8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
+fn matmul<K: Kernel, F: Format, T: Rounding>(x: &[f32], n: usize, weights: &[u8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
     assert!(K::available(), "integer_dot::matmul: this CPU does not run the kernel");
     let blocks = d_in / Q8_BLOCK;
     let row_bytes = d_in / 8 * F::PAIR_BYTES;
@@ -235,8 +277,8 @@ fn matmul<K: Kernel, F: Format, const PLANES: usize>(x: &[f32], n: usize, weight
     // Not zeroed first: the tiles store every value, and zeroing is a serial pass (and the page
     // faults) on the calling thread, 7 % of its time in a decider-2b decision.
     let mut out = Vec::<f32>::with_capacity(n * d_out);
-    let (values, xs, sums) = round_activations::<K, PLANES>(x, n, d_in);
-    let activations = Activations::<PLANES> { values: &values, scales: &xs, sums: &sums, blocks };
+    let (values, xs, sums) = round_activations::<K, T>(x, n, d_in);
+    let activations = Activations { values: &values, scales: &xs, sums: &sums, blocks };
     let out_ptr = OutPtr(out.as_mut_ptr());
     weights.par_chunks(K::GROUP * row_bytes).enumerate().for_each(|(group, weights)| {
         let rows = weights.len() / row_bytes;
@@ -251,21 +293,21 @@ fn matmul<K: Kernel, F: Format, const PLANES: usize>(x: &[f32], n: usize, weight
         let group = Group { weights, rows, full: rows == K::GROUP, scales: &group_scales };
         let mut token = 0;
         while token < n {
-            let tokens = (n - token).min(K::TILE / PLANES);
+            let tokens = (n - token).min(K::TILE / T::REGISTERS);
             // SAFETY: `K::available()` was checked above. The tile writes outputs `first..first
             // + rows` of its tokens' rows of `out [n, d_out]`: in bounds, and no other task
             // writes these columns.
             unsafe {
                 let out = out_ptr.at(token * d_out + first);
                 match tokens {
-                    8 => K::tile::<F, PLANES, 8>(&group, &activations, token, out, d_out),
-                    7 => K::tile::<F, PLANES, 7>(&group, &activations, token, out, d_out),
-                    6 => K::tile::<F, PLANES, 6>(&group, &activations, token, out, d_out),
-                    5 => K::tile::<F, PLANES, 5>(&group, &activations, token, out, d_out),
-                    4 => K::tile::<F, PLANES, 4>(&group, &activations, token, out, d_out),
-                    3 => K::tile::<F, PLANES, 3>(&group, &activations, token, out, d_out),
-                    2 => K::tile::<F, PLANES, 2>(&group, &activations, token, out, d_out),
-                    _ => K::tile::<F, PLANES, 1>(&group, &activations, token, out, d_out),
+                    8 => T::tile::<K, F, 8>(&group, &activations, token, out, d_out),
+                    7 => T::tile::<K, F, 7>(&group, &activations, token, out, d_out),
+                    6 => T::tile::<K, F, 6>(&group, &activations, token, out, d_out),
+                    5 => T::tile::<K, F, 5>(&group, &activations, token, out, d_out),
+                    4 => T::tile::<K, F, 4>(&group, &activations, token, out, d_out),
+                    3 => T::tile::<K, F, 3>(&group, &activations, token, out, d_out),
+                    2 => T::tile::<K, F, 2>(&group, &activations, token, out, d_out),
+                    _ => T::tile::<K, F, 1>(&group, &activations, token, out, d_out),
                 }
             }
             token += tokens;
@@ -304,35 +346,35 @@ struct Group<'a> {
     scales: &'a [f32],
 }
 
-/// The activations `[n, d_in]` rounded to `PLANES` planes, block by block: for each token's
-/// block, each plane's 32 values, scale and value sum.
-struct Activations<'a, const PLANES: usize> {
-    /// `[n, blocks, PLANES, 32]`.
-    values: &'a [i8],
-    /// `[n, blocks, PLANES]`.
+/// The activations `[n, d_in]` rounded block by block to `T` (i8 or i16): for each token's
+/// block, its 32 values, scale and value sum.
+struct Activations<'a, T> {
+    /// `[n, blocks, 32]`.
+    values: &'a [T],
+    /// `[n, blocks]`.
     scales: &'a [f32],
-    /// `[n, blocks, PLANES]`.
+    /// `[n, blocks]`: what a kernel that reads the weights biased subtracts.
     sums: &'a [i32],
     blocks: usize,
 }
 
-impl<const PLANES: usize> Activations<'_, PLANES> {
-    /// Token `token`'s block `b`, plane `p`: its index in `scales` and `sums` (× 32 in `values`).
+impl<T> Activations<'_, T> {
+    /// Token `token`'s block `b`: its index in `scales` and `sums` (× 32 in `values`).
     #[inline(always)]
-    fn at(&self, token: usize, b: usize, p: usize) -> usize {
-        (token * self.blocks + b) * PLANES + p
+    fn at(&self, token: usize, b: usize) -> usize {
+        token * self.blocks + b
     }
 
     /// Where the 4 values of step `step` (inputs `4 step..4 step + 4`) of token `token`'s block
-    /// `b`, plane `p` start: read as one i32 and broadcast straight from memory, an operand of
-    /// the product (read into a register first, they cost an instruction each, and the AVX-512
-    /// kernel ran at half the speed).
+    /// `b` start: read as one integer (i32 for 8 bits, i64 for 16) and broadcast straight from
+    /// memory, an operand of the product (read into a register first, they cost an instruction
+    /// each, and the AVX-512 kernel ran at half the speed).
     ///
     /// # Safety
-    /// `token`, `b`, `p` and `step < 8` are within the activations.
+    /// `token`, `b` and `step < 8` are within the activations.
     #[inline(always)]
-    unsafe fn four(&self, token: usize, b: usize, p: usize, step: usize) -> *const i32 {
+    unsafe fn four(&self, token: usize, b: usize, step: usize) -> *const T {
         // SAFETY: the caller's.
-        unsafe { self.values.as_ptr().add(self.at(token, b, p) * Q8_BLOCK + step * 4).cast() }
+        unsafe { self.values.as_ptr().add(self.at(token, b) * Q8_BLOCK + step * 4) }
     }
 }
