@@ -103,6 +103,7 @@ impl super::Kernel for Kernel {
             // Per token, rows 0–3 and rows 4–7: lanes `2 r` and `2 r + 1` hold row `r`'s inputs
             // `4 k, 4 k + 1` and `4 k + 2, 4 k + 3` summed over the steps `k`.
             let mut dots = [[_mm256_setzero_si256(); 2]; C];
+            // A loop, as in `tile`: unrolled, the steps' weights would be loaded ahead and spilled.
             for step in 0..std::hint::black_box(Q8_BLOCK / 4) {
                 // SAFETY: the group holds `rows × 4` bytes for each step.
                 let w = load(unsafe { group.weights.as_ptr().add((b * Q8_BLOCK / 4 + step) * group.rows * 4) });
