@@ -251,11 +251,11 @@ pub fn round_activations(x: &[f32], cols: usize, bits: ActivationBits) -> Vec<f3
     rounded
 }
 
-/// An integer an activation block is rounded to: `i8` or `i16` ([`ActivationBits`]).
-pub(crate) trait ActivationInt: Copy + Default + Send + Sync {
+/// An integer an activation block is rounded to: `i8` or `i16` ([`ActivationBits`]); widened
+/// to `i32` by `Into`.
+pub(crate) trait ActivationInt: Copy + Default + Send + Sync + Into<i32> {
     /// From a value already rounded to an integer within the type's range.
     fn from_rounded(value: f32) -> Self;
-    fn widen(self) -> i32;
 }
 
 impl ActivationInt for i8 {
@@ -263,20 +263,12 @@ impl ActivationInt for i8 {
     fn from_rounded(value: f32) -> Self {
         value as i8
     }
-    #[inline(always)]
-    fn widen(self) -> i32 {
-        self as i32
-    }
 }
 
 impl ActivationInt for i16 {
     #[inline(always)]
     fn from_rounded(value: f32) -> Self {
         value as i16
-    }
-    #[inline(always)]
-    fn widen(self) -> i32 {
-        self as i32
     }
 }
 

@@ -260,7 +260,7 @@ fn round_activations<K: Kernel, T: Rounding>(x: &[f32], n: usize, d_in: usize) -
 #[inline(always)]
 fn round_block<T: Rounding>(block: &[f32], values: &mut [T]) -> (f32, i32) {
     let scale = round_activation_block(block, T::BITS.max_value(), values);
-    (scale, values.iter().map(|v| v.widen()).sum())
+    (scale, values.iter().map(|&v| v.into()).sum::<i32>())
 }
 
 fn matmul<K: Kernel, F: Format, T: Rounding>(x: &[f32], n: usize, weights: &[u8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
