@@ -217,8 +217,13 @@ fn naive_block_matmul(x: &[f64], n: usize, d_out: usize, d_in: usize, weight: im
 /// 2B-model width, one long row; token counts around the integer dots' tiles (8 tokens, 4 with
 /// 16-bit activations, AVX-512 and AVX2) and row counts around their groups (16 and 8 rows: 17 rows leave a group
 /// of one, 31 a group of 15 or 7).
-const Q8_SHAPES: [(usize, usize, usize); 9] =
-    [(1, 1, 32), (0, 5, 64), (3, 1, 32), (7, 65, 96), (2, 129, 256), (130, 64, 2048), (1, 3, 4096), (9, 17, 64), (17, 31, 160)];
+/// The last spans two passes of the integer-dot kernels with 8-bit activations and three with
+/// 16-bit ones, the last pass shorter ([`MANY_PASSES`]).
+const Q8_SHAPES: [(usize, usize, usize); 10] =
+    [(1, 1, 32), (0, 5, 64), (3, 1, 32), (7, 65, 96), (2, 129, 256), (130, 64, 2048), (1, 3, 4096), (9, 17, 64), (17, 31, 160), MANY_PASSES];
+
+/// More tokens than one pass of `integer_dot`'s kernels holds, with a wide input.
+const MANY_PASSES: (usize, usize, usize) = (520, 17, 8192);
 
 /// Random weights in Q8_0 (with a zero block and an outlier) and activations (with a zero block
 /// and a block whose values tie at half a step) of one shape.
@@ -494,6 +499,8 @@ fn both_cpu_block_kernels_match_plain_loops() {
     use decider_ops::cpu::integer_dot as dot;
     #[cfg(target_arch = "x86_64")]
     let dots = integer_dots();
+    #[cfg(target_arch = "x86_64")]
+    assert!(MANY_PASSES.0 * MANY_PASSES.2 > dot::PASS_BYTES, "MANY_PASSES no longer spans several passes of the kernels");
     let mut rng = Rng(17);
     for (n, d_out, d_in) in Q8_SHAPES {
         let (x, values, scales) = q8_case(&mut rng, n, d_out, d_in);
