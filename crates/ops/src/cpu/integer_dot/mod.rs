@@ -320,8 +320,8 @@ fn matmul<K: Kernel, F: Format, T: Rounding>(x: &[f32], n: usize, weights: &[u8]
             }
         });
     }
-    // SAFETY: the tiles stored all `n × d_out` values: the groups cover the `d_out` columns
-    // and each group's loop all `n` tokens.
+    // SAFETY: the tiles stored all `n × d_out` values: in each pass the groups cover the
+    // `d_out` columns, and the passes cover the `n` tokens.
     unsafe { out.set_len(n * d_out) };
     out
 }
