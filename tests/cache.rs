@@ -4,8 +4,8 @@
 
 use burn::backend::NdArray;
 use burn::tensor::Tensor;
-use qwen35::PrefillBlocks;
 use integration_tests::{MODELS, Reference, assert_close, fixture_path, relative_check};
+use qwen35::PrefillBlocks;
 
 type B = NdArray;
 const TOLERANCE: f32 = 1e-4;
@@ -86,7 +86,8 @@ fn rows_continuing_one_shared_prefix_as_a_batch_equal_each_row_whole() {
     let continued = model.forward_cached(rest.clone(), &mut rows);
     assert_eq!(rows.seq_len(), 70);
     for row in 0..2 {
-        let whole = model.forward(Tensor::cat(vec![prefix.clone(), rest.clone().narrow(0, row, 1)], 1)).narrow(1, 40, 30);
+        let whole =
+            model.forward(Tensor::cat(vec![prefix.clone(), rest.clone().narrow(0, row, 1)], 1)).narrow(1, 40, 30);
         relative_check(&format!("row {row}"), &to_vec(continued.clone().narrow(0, row, 1)), &to_vec(whole), TOLERANCE);
     }
 }

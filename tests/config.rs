@@ -49,7 +49,10 @@ fn qwen35_2b_parses_with_the_real_shapes() {
 fn qwen35_35b_a3b_parses_with_the_real_shapes() {
     let config = Qwen35Config::from_file(fixture_path("configs/qwen3.5-35b-a3b.json")).unwrap();
     let FeedForwardType::Moe(moe) = config.feed_forward.clone() else { panic!("35B-A3B is MoE") };
-    assert_eq!((moe.num_experts, moe.num_experts_per_tok, moe.moe_intermediate_size, moe.shared_expert_intermediate_size), (256, 8, 512, 512));
+    assert_eq!(
+        (moe.num_experts, moe.num_experts_per_tok, moe.moe_intermediate_size, moe.shared_expert_intermediate_size),
+        (256, 8, 512, 512)
+    );
     assert_eq!(config.num_hidden_layers, 40);
     assert_eq!(full_attention_layers(&config), (0..10).map(|g| 4 * g + 3).collect::<Vec<_>>());
     assert!(!config.tie_word_embeddings);
@@ -101,10 +104,8 @@ fn theta_comes_from_rope_parameters_then_the_legacy_field() {
 
 #[test]
 fn composite_config_ties_by_its_top_level_flag() {
-    let untied = Qwen35Config::from_json(
-        r#"{"model_type": "qwen3_5", "text_config": {"tie_word_embeddings": true}}"#,
-    )
-    .unwrap();
+    let untied =
+        Qwen35Config::from_json(r#"{"model_type": "qwen3_5", "text_config": {"tie_word_embeddings": true}}"#).unwrap();
     assert!(!untied.tie_word_embeddings);
 }
 
@@ -112,7 +113,10 @@ fn composite_config_ties_by_its_top_level_flag() {
 fn invalid_configs_name_the_field() {
     let cases = [
         (r#"{"model_type": "llama"}"#, "model_type `llama`"),
-        (r#"{"model_type": "qwen3_5_text", "num_attention_heads": 6, "num_key_value_heads": 4}"#, "num_attention_heads"),
+        (
+            r#"{"model_type": "qwen3_5_text", "num_attention_heads": 6, "num_key_value_heads": 4}"#,
+            "num_attention_heads",
+        ),
         (r#"{"model_type": "qwen3_5_text", "num_hidden_layers": 2, "layer_types": ["full_attention"]}"#, "layer_types"),
         (r#"{"model_type": "qwen3_5_moe_text", "num_experts": 4, "num_experts_per_tok": 8}"#, "num_experts_per_tok"),
         (r#"{"model_type": "qwen3_5_text", "rope_parameters": {"rope_type": "yarn"}}"#, "rope_type"),

@@ -40,12 +40,18 @@ fn check<B: Qwen35Ops>(backend: &str) {
     let expected = Decider::<burn::backend::NdArray>::demo(&Default::default()).answer(&request()).unwrap();
     // The probabilities an answer reports (P(yes) for a noul question).
     let probs = |a: &Answer| match a {
-        Answer::Choice { probabilities, .. } | Answer::Score { probabilities, .. } => probabilities.values().copied().collect::<Vec<_>>(),
+        Answer::Choice { probabilities, .. } | Answer::Score { probabilities, .. } => {
+            probabilities.values().copied().collect::<Vec<_>>()
+        }
         Answer::Noul { noul } => vec![*noul],
     };
     for (id, answer) in &answers.answers {
         let expected = &expected.answers[id];
-        assert_eq!(std::mem::discriminant(answer), std::mem::discriminant(expected), "{backend} {id}: answer types differ");
+        assert_eq!(
+            std::mem::discriminant(answer),
+            std::mem::discriminant(expected),
+            "{backend} {id}: answer types differ"
+        );
         let (p, q) = (probs(answer), probs(expected));
         assert_eq!(p.len(), q.len(), "{backend} {id}");
         assert!(p.iter().zip(&q).all(|(x, y)| (x - y).abs() <= 2e-4), "{backend} {id}: {p:?} vs {q:?}");

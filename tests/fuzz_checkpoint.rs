@@ -13,9 +13,11 @@ use integration_tests::fuzz::json_value;
 use proptest::prelude::*;
 use serde_json::Value;
 
-static WEIGHTS: LazyLock<Vec<u8>> = LazyLock::new(|| std::fs::read(fixture_path("dense/save_pretrained/model.safetensors")).unwrap());
-static CONFIG: LazyLock<Value> =
-    LazyLock::new(|| serde_json::from_str(&std::fs::read_to_string(fixture_path("dense/save_pretrained/config.json")).unwrap()).unwrap());
+static WEIGHTS: LazyLock<Vec<u8>> =
+    LazyLock::new(|| std::fs::read(fixture_path("dense/save_pretrained/model.safetensors")).unwrap());
+static CONFIG: LazyLock<Value> = LazyLock::new(|| {
+    serde_json::from_str(&std::fs::read_to_string(fixture_path("dense/save_pretrained/config.json")).unwrap()).unwrap()
+});
 
 /// Loads a folder of `config` and `weights`; `Err` is fine, a panic fails the case.
 fn load(config: &Value, weights: &[u8]) -> Result<(), String> {

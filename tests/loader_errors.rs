@@ -118,7 +118,10 @@ fn non_finite_weights_name_the_tensor() {
         }
         Some((d, s, b))
     });
-    assert_eq!(load_error(dir.path()), format!("tensor `{A_LOG}` has 1 NaN or infinite values (the first at flat index 1): the checkpoint is broken"));
+    assert_eq!(
+        load_error(dir.path()),
+        format!("tensor `{A_LOG}` has 1 NaN or infinite values (the first at flat index 1): the checkpoint is broken")
+    );
 }
 
 /// A bf16 weight beyond f16's range (65,504) refuses an f16 load, naming the tensor, the count
@@ -139,7 +142,12 @@ fn weights_a_16_bit_format_cannot_hold_name_the_tensor() {
     });
     let load = |weights| qwen35::load_model_with_weights::<B>(dir.path(), weights, &Default::default()).map(|_| ());
     let error = load(qwen35::WeightFormat::F16).unwrap_err().to_string();
-    assert_eq!(error, format!("tensor `{Q_PROJ}` has 2 values beyond the range of f16 (the first at flat index 5): load it as bf16 or f32"));
+    assert_eq!(
+        error,
+        format!(
+            "tensor `{Q_PROJ}` has 2 values beyond the range of f16 (the first at flat index 5): load it as bf16 or f32"
+        )
+    );
     assert!(load(qwen35::WeightFormat::Bf16).is_ok(), "bf16 holds -7e4");
     rewrite(dir.path(), |name, d, s, mut b| {
         if name == Q_PROJ {
@@ -148,7 +156,10 @@ fn weights_a_16_bit_format_cannot_hold_name_the_tensor() {
         Some((d, s, b))
     });
     let error = load(qwen35::WeightFormat::Bf16).unwrap_err().to_string();
-    assert_eq!(error, format!("tensor `{Q_PROJ}` has 1 NaN or infinite values (the first at flat index 9): the checkpoint is broken"));
+    assert_eq!(
+        error,
+        format!("tensor `{Q_PROJ}` has 1 NaN or infinite values (the first at flat index 9): the checkpoint is broken")
+    );
 }
 
 /// A copy of `moe/hf_layout`: an index and two shards.
@@ -159,7 +170,8 @@ fn sharded_copy() -> tempfile::TempDir {
 #[test]
 fn a_tensor_stored_in_two_shards_is_refused() {
     let dir = sharded_copy();
-    let (first, second) = (dir.path().join("model-00001-of-00002.safetensors"), dir.path().join("model-00002-of-00002.safetensors"));
+    let (first, second) =
+        (dir.path().join("model-00001-of-00002.safetensors"), dir.path().join("model-00002-of-00002.safetensors"));
     let first_bytes = std::fs::read(&first).unwrap();
     let first_tensors = SafeTensors::deserialize(&first_bytes).unwrap();
     let (stolen, stolen_view) = first_tensors.tensors().into_iter().next().unwrap();
@@ -168,7 +180,10 @@ fn a_tensor_stored_in_two_shards_is_refused() {
     tensors.push((stolen.clone(), stolen_view));
     safetensors::serialize_to_file(tensors, None, &second).unwrap();
     let message = load_error(dir.path());
-    assert_eq!(message, format!("tensor `{stolen}` is stored twice: in {} and in {}", first.display(), second.display()));
+    assert_eq!(
+        message,
+        format!("tensor `{stolen}` is stored twice: in {} and in {}", first.display(), second.display())
+    );
 }
 
 #[test]
@@ -194,7 +209,10 @@ fn a_shard_outside_the_folder_is_refused() {
     let dir = sharded_copy();
     let index_path = dir.path().join("model.safetensors.index.json");
     for outside in ["../model-00001-of-00002.safetensors", "/etc/passwd"] {
-        let mut index: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture_path("moe/hf_layout/model.safetensors.index.json")).unwrap()).unwrap();
+        let mut index: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(fixture_path("moe/hf_layout/model.safetensors.index.json")).unwrap(),
+        )
+        .unwrap();
         let map = index["weight_map"].as_object_mut().unwrap();
         let first = map.keys().next().unwrap().clone();
         map.insert(first, outside.into());
@@ -202,7 +220,10 @@ fn a_shard_outside_the_folder_is_refused() {
         let message = load_error(dir.path());
         assert_eq!(
             message,
-            format!("invalid shard index {}: shard `{outside}` is outside the model folder (a shard is a relative path without `..`)", index_path.display())
+            format!(
+                "invalid shard index {}: shard `{outside}` is outside the model folder (a shard is a relative path without `..`)",
+                index_path.display()
+            )
         );
     }
 }
@@ -241,6 +262,9 @@ fn absurd_config_values_name_the_field_before_any_allocation() {
             config.as_object_mut().unwrap().remove("layer_types");
         }
         std::fs::write(&path, config.to_string()).unwrap();
-        assert_eq!(load_error(dir.path()), format!("config field `{field}`: {value} is larger than this loader allows ({bound})"));
+        assert_eq!(
+            load_error(dir.path()),
+            format!("config field `{field}`: {value} is larger than this loader allows ({bound})")
+        );
     }
 }

@@ -10,8 +10,8 @@ use burn::backend::NdArray;
 use burn::tensor::{Int, Tensor};
 use half::f16;
 use integration_tests::{LAYOUTS, MODELS, Reference, dense_with_vocab, fixture_path, rewrite_tensors};
-use qwen35::{WeightChoice, WeightFormat};
 use qwen35::checkpoint::{Checkpoint, FORMAT_KEY};
+use qwen35::{WeightChoice, WeightFormat};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 
@@ -27,7 +27,9 @@ fn quantized(folder: &str, format: WeightFormat) -> tempfile::TempDir {
 }
 
 fn load(dir: &Path, weights: WeightFormat) -> qwen35::Qwen35Model<B> {
-    qwen35::load_model_with_weights::<B>(dir, weights, &Default::default()).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).1
+    qwen35::load_model_with_weights::<B>(dir, weights, &Default::default())
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .1
 }
 
 fn load_error(dir: &Path) -> String {
@@ -48,28 +50,44 @@ fn a_quantized_folder_loads_as_quantizing_at_load() {
         for model in MODELS {
             let ids = Reference::open(model).input_ids::<B>("len64", &device);
             for layout in LAYOUTS {
-                let (source, folder) = (fixture_path(&format!("{model}/{layout}")), quantized(&format!("{model}/{layout}"), format));
+                let (source, folder) =
+                    (fixture_path(&format!("{model}/{layout}")), quantized(&format!("{model}/{layout}"), format));
                 let label = format!("{model}/{layout} in {format}");
                 assert!(folder.path().join("config.json").is_file(), "{label}: the config is copied");
                 let checkpoint = Checkpoint::open_dir(folder.path()).unwrap();
                 // The token tables are Q8_0 in both formats; q4 packs two values a byte.
-                let embed = checkpoint.names().find(|name| name.ends_with("embed_tokens.weight.q8_values")).expect("the embeddings in blocks");
+                let embed = checkpoint
+                    .names()
+                    .find(|name| name.ends_with("embed_tokens.weight.q8_values"))
+                    .expect("the embeddings in blocks");
                 assert_eq!(checkpoint.shape(embed), Some(&[256, 32][..]), "{label}");
-                let q_proj = checkpoint.names().find(|name| name.ends_with(&format!("q_proj.weight.{projection_part}"))).expect("q_proj in blocks");
+                let q_proj = checkpoint
+                    .names()
+                    .find(|name| name.ends_with(&format!("q_proj.weight.{projection_part}")))
+                    .expect("q_proj in blocks");
                 let [out, d_in] = [checkpoint.shape(q_proj).unwrap()[0], 32];
                 let packed_in = if format == WeightFormat::Q4 { d_in / 2 } else { d_in };
                 assert_eq!(checkpoint.shape(q_proj), Some(&[out, packed_in][..]), "{label}");
-                assert!(!checkpoint.names().any(|name| name.ends_with("embed_tokens.weight")), "{label}: no float copy of a quantized weight");
+                assert!(
+                    !checkpoint.names().any(|name| name.ends_with("embed_tokens.weight")),
+                    "{label}: no float copy of a quantized weight"
+                );
                 // `auto` loads the folder in its format, and the source (its matrices all bf16)
                 // in bf16: ndarray holds a bf16 weight in 2 bytes.
                 assert_eq!(WeightChoice::Auto.for_folder::<B>(folder.path(), &device).unwrap(), format, "{label}");
-                assert_eq!(WeightChoice::Auto.for_folder::<B>(&source, &device).unwrap(), WeightFormat::Bf16, "{label}");
+                assert_eq!(
+                    WeightChoice::Auto.for_folder::<B>(&source, &device).unwrap(),
+                    WeightFormat::Bf16,
+                    "{label}"
+                );
                 // The same blocks: the logits of both loads are equal bit for bit.
                 let logits = |dir: &Path| load(dir, format).forward(ids.clone()).into_data().to_vec::<f32>().unwrap();
                 assert_eq!(logits(folder.path()), logits(&source), "{label}");
                 // In f32 the folder's weights are its blocks dequantized.
                 let all = Tensor::<B, 1, Int>::arange(0..256, &device);
-                let rows = |weights| load(folder.path(), weights).embed_tokens.rows(all.clone()).into_data().to_vec::<f32>().unwrap();
+                let rows = |weights| {
+                    load(folder.path(), weights).embed_tokens.rows(all.clone()).into_data().to_vec::<f32>().unwrap()
+                };
                 assert_eq!(rows(WeightFormat::F32), rows(format), "{label}");
             }
         }
@@ -80,7 +98,10 @@ fn a_quantized_folder_loads_as_quantizing_at_load() {
 fn blocks_of_another_format_are_refused_with_the_fix() {
     let q8 = quantized("dense/save_pretrained", WeightFormat::Q8);
     let message = load_error_in(q8.path(), WeightFormat::Q4);
-    assert!(message.contains("stored in q8 blocks, asked for q4: load the folder with `--weights q8` (or `auto`)"), "{message}");
+    assert!(
+        message.contains("stored in q8 blocks, asked for q4: load the folder with `--weights q8` (or `auto`)"),
+        "{message}"
+    );
     let q4 = quantized("dense/save_pretrained", WeightFormat::Q4);
     let message = load_error_in(q4.path(), WeightFormat::Q8);
     assert!(message.contains("stored in q4 blocks, asked for q8"), "{message}");
@@ -90,7 +111,9 @@ fn blocks_of_another_format_are_refused_with_the_fix() {
     // Q4_0 bytes of another dtype, and a scale that is not finite (Q4_0's may be negative).
     let rewritten = |edit: &dyn Fn(&str, Dtype, Vec<usize>, Vec<u8>) -> (Dtype, Vec<usize>, Vec<u8>)| {
         let folder = quantized("dense/save_pretrained", WeightFormat::Q4);
-        rewrite_tensors(&folder.path().join("model-00001.safetensors"), |name, dtype, shape, data| Some(edit(name, dtype, shape, data)));
+        rewrite_tensors(&folder.path().join("model-00001.safetensors"), |name, dtype, shape, data| {
+            Some(edit(name, dtype, shape, data))
+        });
         folder
     };
     let q_proj = "model.layers.3.self_attn.q_proj.weight";
@@ -107,12 +130,17 @@ fn blocks_of_another_format_are_refused_with_the_fix() {
         (dtype, shape, data)
     });
     let message = load_error_in(infinite.path(), WeightFormat::Q4);
-    assert!(message.contains(&format!("`{q_proj}.q4_scales`: scale -inf at flat index 1 (scales are finite)")), "{message}");
+    assert!(
+        message.contains(&format!("`{q_proj}.q4_scales`: scale -inf at flat index 1 (scales are finite)")),
+        "{message}"
+    );
 }
 
 /// A quantized copy of the dense fixture whose one shard is rewritten by `edit`
 /// ([`rewrite_tensors`]).
-fn broken(edit: impl Fn(&str, Dtype, Vec<usize>, Vec<u8>) -> Option<(Dtype, Vec<usize>, Vec<u8>)>) -> tempfile::TempDir {
+fn broken(
+    edit: impl Fn(&str, Dtype, Vec<usize>, Vec<u8>) -> Option<(Dtype, Vec<usize>, Vec<u8>)>,
+) -> tempfile::TempDir {
     let folder = quantized("dense/save_pretrained", WeightFormat::Q8);
     rewrite_tensors(&folder.path().join("model-00001.safetensors"), edit);
     folder
@@ -167,7 +195,11 @@ fn values_and_scales_out_of_their_range_are_named() {
     // Scales as f32 (not Q8_0's f16) are refused, not converted.
     let f32_scales = broken(|name, dtype, shape, data| {
         Some(match name == format!("{EMBED}.q8_scales") {
-            true => (Dtype::F32, shape, data.chunks(2).flat_map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32().to_le_bytes()).collect()),
+            true => (
+                Dtype::F32,
+                shape,
+                data.chunks(2).flat_map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32().to_le_bytes()).collect(),
+            ),
             false => (dtype, shape, data),
         })
     });
@@ -210,7 +242,10 @@ fn unknown_formats_are_named() {
         .collect();
     as_one_file(folder.path(), renamed);
     let message = load_error(folder.path());
-    assert!(message.contains(&format!("`{EMBED}.q5_values`: `{EMBED}` is stored in a form this build does not read")), "{message}");
+    assert!(
+        message.contains(&format!("`{EMBED}.q5_values`: `{EMBED}` is stored in a form this build does not read")),
+        "{message}"
+    );
     // A shard that names a format this build does not know.
     let folder = quantized("dense/save_pretrained", WeightFormat::Q8);
     let shard = folder.path().join("model-00001.safetensors");
@@ -219,7 +254,10 @@ fn unknown_formats_are_named() {
     let metadata = HashMap::from([(FORMAT_KEY.to_owned(), "q5".to_owned())]);
     safetensors::serialize_to_file(tensors.tensors(), Some(metadata), &shard).unwrap();
     let message = load_error(folder.path());
-    assert!(message.contains(&shard.display().to_string()) && message.contains("unknown weight format `q5`"), "{message}");
+    assert!(
+        message.contains(&shard.display().to_string()) && message.contains("unknown weight format `q5`"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -228,11 +266,15 @@ fn bad_values_past_the_first_chunk_are_named_at_their_index() {
     // NaN's index counts the blocks and chunks before it.
     let nan = dense_with_vocab(4096, Some(70_001));
     let message = load_error(nan.path());
-    assert!(message.contains(&format!("tensor `{EMBED}` has 1 NaN or infinite values (the first at flat index 70001)")), "{message}");
+    assert!(
+        message.contains(&format!("tensor `{EMBED}` has 1 NaN or infinite values (the first at flat index 70001)")),
+        "{message}"
+    );
     // Read from a quantized folder.
     let source = dense_with_vocab(4096, None);
     let folder = tempfile::tempdir().unwrap();
-    qwen35::quantize::quantize_folder::<B>(source.path(), folder.path(), WeightFormat::Q8, &Default::default()).unwrap();
+    qwen35::quantize::quantize_folder::<B>(source.path(), folder.path(), WeightFormat::Q8, &Default::default())
+        .unwrap();
     rewrite_tensors(&folder.path().join("model-00001.safetensors"), |name, dtype, shape, mut data| {
         if name == format!("{EMBED}.q8_values") {
             data[70_003] = 0x80;
@@ -242,7 +284,9 @@ fn bad_values_past_the_first_chunk_are_named_at_their_index() {
     let message = load_error(folder.path());
     assert!(message.contains(&format!("`{EMBED}.q8_values`: value -128 at flat index 70003")), "{message}");
     // Writing into the model folder itself is refused.
-    let error = qwen35::quantize::quantize_folder::<B>(source.path(), source.path(), WeightFormat::Q8, &Default::default()).unwrap_err();
+    let error =
+        qwen35::quantize::quantize_folder::<B>(source.path(), source.path(), WeightFormat::Q8, &Default::default())
+            .unwrap_err();
     assert!(error.to_string().contains("the output folder is the model folder"), "{error}");
 }
 
@@ -262,23 +306,34 @@ fn a_weight_stored_twice_or_without_its_values_is_named() {
     let folder = quantized("dense/save_pretrained", WeightFormat::Q8);
     let bytes = shard_bytes(folder.path());
     let tensors = SafeTensors::deserialize(&bytes).unwrap();
-    as_one_file(folder.path(), tensors.tensors().into_iter().filter(|(name, _)| *name != format!("{EMBED}.q8_values")).collect());
+    as_one_file(
+        folder.path(),
+        tensors.tensors().into_iter().filter(|(name, _)| *name != format!("{EMBED}.q8_values")).collect(),
+    );
     let message = load_error(folder.path());
     assert!(message.contains(&format!("missing tensor `{EMBED}.q8_values`")), "{message}");
     // A q4 folder: q_proj also in Q8_0 blocks (two formats), and its Q4_0 scales without values.
     let q_proj = "model.layers.3.self_attn.q_proj.weight";
-    let (q8_folder, q4_folder) = (quantized("dense/save_pretrained", WeightFormat::Q8), quantized("dense/save_pretrained", WeightFormat::Q4));
+    let (q8_folder, q4_folder) =
+        (quantized("dense/save_pretrained", WeightFormat::Q8), quantized("dense/save_pretrained", WeightFormat::Q4));
     let (q8_bytes, q4_bytes) = (shard_bytes(q8_folder.path()), shard_bytes(q4_folder.path()));
-    let (q8_tensors, q4_tensors) = (SafeTensors::deserialize(&q8_bytes).unwrap(), SafeTensors::deserialize(&q4_bytes).unwrap());
+    let (q8_tensors, q4_tensors) =
+        (SafeTensors::deserialize(&q8_bytes).unwrap(), SafeTensors::deserialize(&q4_bytes).unwrap());
     let mut views = q4_tensors.tensors();
     views.extend(q8_tensors.tensors().into_iter().filter(|(name, _)| name.starts_with(&format!("{q_proj}.q8_"))));
     as_one_file(q4_folder.path(), views);
     let message = load_error_in(q4_folder.path(), WeightFormat::Q4);
-    assert!(message.contains(&format!("`{q_proj}`: stored both as `{q_proj}.q8_values` and as `{q_proj}.q4_values`")), "{message}");
+    assert!(
+        message.contains(&format!("`{q_proj}`: stored both as `{q_proj}.q8_values` and as `{q_proj}.q4_values`")),
+        "{message}"
+    );
     let folder = quantized("dense/save_pretrained", WeightFormat::Q4);
     let bytes = shard_bytes(folder.path());
     let tensors = SafeTensors::deserialize(&bytes).unwrap();
-    as_one_file(folder.path(), tensors.tensors().into_iter().filter(|(name, _)| *name != format!("{q_proj}.q4_values")).collect());
+    as_one_file(
+        folder.path(),
+        tensors.tensors().into_iter().filter(|(name, _)| *name != format!("{q_proj}.q4_values")).collect(),
+    );
     let message = load_error_in(folder.path(), WeightFormat::Q4);
     assert!(message.contains(&format!("missing tensor `{q_proj}.q4_values`")), "{message}");
 }

@@ -6,8 +6,8 @@
 //! tokens and key blocks of 48, so the segmented prefill and the online softmax meet the
 //! reference at every boundary (len130: three segments, past and own blocks cut mid-block).
 
-use qwen35::{PrefillBlocks, Qwen35Ops};
 use integration_tests::{LAYOUTS, MODELS, RUNS, Reference, assert_close, fixture_path};
+use qwen35::{PrefillBlocks, Qwen35Ops};
 
 const TOLERANCE: f32 = 1e-4;
 const SMALL_BLOCKS: PrefillBlocks = PrefillBlocks { segment: 64, key_block: 48 };
@@ -17,7 +17,8 @@ fn check<B: Qwen35Ops>(backend: &str, model_name: &str, layout: &str) {
     let (config, model) = qwen35::load_model::<B>(fixture_path(&format!("{model_name}/{layout}")), &device)
         .unwrap_or_else(|e| panic!("{model_name}/{layout}: {e}"));
     let reference = Reference::open(model_name);
-    for (blocks, model) in [(PrefillBlocks::default(), model.clone()), (SMALL_BLOCKS, model.with_blocks(SMALL_BLOCKS))] {
+    for (blocks, model) in [(PrefillBlocks::default(), model.clone()), (SMALL_BLOCKS, model.with_blocks(SMALL_BLOCKS))]
+    {
         check_runs(backend, model_name, layout, &config, &model, &reference, blocks);
     }
 }

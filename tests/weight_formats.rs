@@ -21,16 +21,16 @@
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::tensor::{DType, Int, Tensor, TensorData};
 use decider_ops::{
-    BlockInts,
-    ActivationBits, Half, holds_half_floats, Q4_BLOCK, Q8_BLOCK, block_scales, dequantize_q4, dequantize_q8, grouped_matmul, q4_values, q8_values, quantize_q4, quantize_q8, reference, round_activations,
+    ActivationBits, BlockInts, Half, Q4_BLOCK, Q8_BLOCK, block_scales, dequantize_q4, dequantize_q8, grouped_matmul,
+    holds_half_floats, q4_values, q8_values, quantize_q4, quantize_q8, reference, round_activations,
 };
 use integration_tests::{LAYOUTS, MODELS, fixture_copy, fixture_path, relative_check, rewrite_tensors};
+use qwen35::checkpoint::Checkpoint;
 use qwen35::decoder::{FeedForward, TokenMixer};
 use qwen35::format::{Q4Weight, Q8Weight};
 use qwen35::moe::{Experts, SparseMoeConfig};
 use qwen35::projection::Projection;
 use qwen35::token_table::TokenTable;
-use qwen35::checkpoint::Checkpoint;
 use qwen35::{Qwen35Model, Qwen35Ops, WeightChoice, WeightFormat};
 use safetensors::Dtype;
 
@@ -51,7 +51,13 @@ fn rounded_copy(folder: &str, format: WeightFormat) -> tempfile::TempDir {
 
 /// A float tensor whose rows are whole blocks, as its round trip in f32 (Q8_0 for q8 and for
 /// q4's token tables, llama.cpp's Q4_0 for q4's other weights); any other tensor as it is.
-fn round_tensor(format: WeightFormat, name: &str, dtype: Dtype, shape: Vec<usize>, data: Vec<u8>) -> Option<(Dtype, Vec<usize>, Vec<u8>)> {
+fn round_tensor(
+    format: WeightFormat,
+    name: &str,
+    dtype: Dtype,
+    shape: Vec<usize>,
+    data: Vec<u8>,
+) -> Option<(Dtype, Vec<usize>, Vec<u8>)> {
     let whole_blocks = shape.len() >= 2 && shape[shape.len() - 1] % Q8_BLOCK == 0;
     let values: Option<Vec<f32>> = match dtype {
         Dtype::F32 => Some(data.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()),
@@ -63,7 +69,8 @@ fn round_tensor(format: WeightFormat, name: &str, dtype: Dtype, shape: Vec<usize
         Some(values) if whole_blocks => {
             let rounded = match format {
                 WeightFormat::Q4 if !table => {
-                    let (packed, scales): (Vec<Vec<u8>>, Vec<half::f16>) = values.chunks(Q4_BLOCK).map(reference::llama_q4_0_block).unzip();
+                    let (packed, scales): (Vec<Vec<u8>>, Vec<half::f16>) =
+                        values.chunks(Q4_BLOCK).map(reference::llama_q4_0_block).unzip();
                     dequantize_q4(&packed.concat(), &scales)
                 }
                 _ => {
@@ -118,8 +125,12 @@ fn projections<B: Qwen35Ops>(model: &Qwen35Model<B>) -> Vec<(String, &Projection
     let mut found = Vec::new();
     for (i, layer) in model.layers.iter().enumerate() {
         let mixer: Vec<(&str, &Projection<B>)> = match &layer.mixer {
-            TokenMixer::LinearAttn(d) => vec![("in_proj_qkv", &d.in_proj_qkv), ("in_proj_z", &d.in_proj_z), ("out_proj", &d.out_proj)],
-            TokenMixer::SelfAttn(a) => vec![("q_proj", &a.q_proj), ("k_proj", &a.k_proj), ("v_proj", &a.v_proj), ("o_proj", &a.o_proj)],
+            TokenMixer::LinearAttn(d) => {
+                vec![("in_proj_qkv", &d.in_proj_qkv), ("in_proj_z", &d.in_proj_z), ("out_proj", &d.out_proj)]
+            }
+            TokenMixer::SelfAttn(a) => {
+                vec![("q_proj", &a.q_proj), ("k_proj", &a.k_proj), ("v_proj", &a.v_proj), ("o_proj", &a.o_proj)]
+            }
         };
         let mlp = match &layer.mlp {
             FeedForward::Dense(mlp) => mlp,
@@ -143,8 +154,12 @@ fn check_model<B: Qwen35Ops>(model_name: &str, layout: &str, format: WeightForma
         // In the int dtype of the backend's storage (i8 or u8 on ndarray, whose kernels read them).
         let storage = B::block_storage();
         let dtype = match (actual, format) {
-            (Projection::Q8(weight), WeightFormat::Q8) => Some((weight.values.val().dtype(), storage.dtype::<B>(BlockInts::Q8Values))),
-            (Projection::Q4(weight), WeightFormat::Q4) => Some((weight.values.val().dtype(), storage.dtype::<B>(BlockInts::Q4Bytes))),
+            (Projection::Q8(weight), WeightFormat::Q8) => {
+                Some((weight.values.val().dtype(), storage.dtype::<B>(BlockInts::Q8Values)))
+            }
+            (Projection::Q4(weight), WeightFormat::Q4) => {
+                Some((weight.values.val().dtype(), storage.dtype::<B>(BlockInts::Q4Bytes)))
+            }
             (Projection::Float(_), _) => None,
             (_, format) => panic!("{model_name} {name}: another block format than {format}"),
         };
@@ -177,9 +192,19 @@ fn check_tables<B: Qwen35Ops>(label: &str, float: &Qwen35Model<B>, q8: &Qwen35Mo
         let [vocab, hidden] = expected.dims();
         let ids: Vec<i64> = [0, vocab - 1, 7, 7, vocab / 2, 1].iter().map(|&id| id as i64).collect();
         let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [2, 3]), &device);
-        relative_check(&format!("{label} {name} rows"), &values(actual.embed(ids.clone())), &values(expected.embed(ids)), TOLERANCE);
+        relative_check(
+            &format!("{label} {name} rows"),
+            &values(actual.embed(ids.clone())),
+            &values(expected.embed(ids)),
+            TOLERANCE,
+        );
         let x = rounded_input::<B>(4, hidden, 5, &device).reshape([2, 2, hidden]);
-        relative_check(&format!("{label} {name} logits"), &values(actual.logits(x.clone())), &values(expected.logits(x)), TOLERANCE);
+        relative_check(
+            &format!("{label} {name} logits"),
+            &values(actual.logits(x.clone())),
+            &values(expected.logits(x)),
+            TOLERANCE,
+        );
     }
 }
 
@@ -193,21 +218,29 @@ fn check_experts<B: Qwen35Ops>() {
     // Initialised now (`to_device` reads every parameter).
     let float = config.init::<B>(&device).to_device(&device);
     let Experts::Float(experts) = &float.experts else { panic!("f32 by default") };
-    let Experts::Q8(q8_experts) = config.clone().with_weights(WeightFormat::Q8).init::<B>(&device).experts else { panic!("q8 experts") };
+    let Experts::Q8(q8_experts) = config.clone().with_weights(WeightFormat::Q8).init::<B>(&device).experts else {
+        panic!("q8 experts")
+    };
     let bits = [q8_experts.gate_up_proj.bits, q8_experts.down_proj.bits];
-    for ((name, stacked), bits) in [("gate_up_proj", &experts.gate_up_proj), ("down_proj", &experts.down_proj)].into_iter().zip(bits) {
+    for ((name, stacked), bits) in
+        [("gate_up_proj", &experts.gate_up_proj), ("down_proj", &experts.down_proj)].into_iter().zip(bits)
+    {
         assert_eq!(bits, bits_of(WeightFormat::Q8, name), "the q8 experts' {name}");
         let [batch, d_in, d_out] = stacked.lazy_shape().dims::<3>();
         let rows = values(stacked.val().swap_dims(1, 2)); // [E, out, in]: rows of input values
         let (q, scales) = quantize_q8(&rows, d_in);
-        let rounded_weight = Tensor::<B, 3>::from_data(TensorData::new(dequantize_q8(&q, &scales), [batch, d_out, d_in]), &device).swap_dims(1, 2);
+        let rounded_weight =
+            Tensor::<B, 3>::from_data(TensorData::new(dequantize_q8(&q, &scales), [batch, d_out, d_in]), &device)
+                .swap_dims(1, 2);
         let q8 = Q8Weight {
             values: Param::initialized(ParamId::new(), q8_values(q, [batch, d_out, d_in], &device)),
             scales: Param::initialized(ParamId::new(), block_scales(scales, [batch, d_out, d_in / Q8_BLOCK], &device)),
             bits,
         };
         let (packed, scales) = quantize_q4(&rows, d_in);
-        let q4_rounded = Tensor::<B, 3>::from_data(TensorData::new(dequantize_q4(&packed, &scales), [batch, d_out, d_in]), &device).swap_dims(1, 2);
+        let q4_rounded =
+            Tensor::<B, 3>::from_data(TensorData::new(dequantize_q4(&packed, &scales), [batch, d_out, d_in]), &device)
+                .swap_dims(1, 2);
         let q4 = Q4Weight {
             values: Param::initialized(ParamId::new(), q4_values(packed, [batch, d_out, d_in / 2], &device)),
             scales: Param::initialized(ParamId::new(), block_scales(scales, [batch, d_out, d_in / Q4_BLOCK], &device)),
@@ -218,8 +251,14 @@ fn check_experts<B: Qwen35Ops>() {
         let input = Tensor::<B, 2>::from_data(TensorData::new(x.clone(), [x.len() / d_in, d_in]), &device);
         let counts = Tensor::<B, 1, Int>::from_data(TensorData::new(counts.to_vec(), [batch]), &device);
         let expected = grouped_matmul(rounded::<B>(x.clone(), d_in, bits, &device), rounded_weight, counts.clone());
-        relative_check(&format!("q8 {name}"), &values(q8.grouped_matmul(input.clone(), counts.clone())), &values(expected), TOLERANCE);
-        let expected = grouped_matmul(rounded::<B>(x, d_in, bits_of(WeightFormat::Q4, name), &device), q4_rounded, counts.clone());
+        relative_check(
+            &format!("q8 {name}"),
+            &values(q8.grouped_matmul(input.clone(), counts.clone())),
+            &values(expected),
+            TOLERANCE,
+        );
+        let expected =
+            grouped_matmul(rounded::<B>(x, d_in, bits_of(WeightFormat::Q4, name), &device), q4_rounded, counts.clone());
         relative_check(&format!("q4 {name}"), &values(q4.grouped_matmul(input, counts)), &values(expected), TOLERANCE);
     }
 }
@@ -249,7 +288,8 @@ fn check_random_model<B: Qwen35Ops>(format: WeightFormat) {
             }
             _ => {
                 assert!(matches!(actual, Projection::Q4(_)), "{name}: the demo's widths are whole blocks");
-                let block_lengths = x.clone().reshape([5, d_in / Q4_BLOCK, Q4_BLOCK]).powi_scalar(2).sum_dim(2).sqrt().sum_dim(1);
+                let block_lengths =
+                    x.clone().reshape([5, d_in / Q4_BLOCK, Q4_BLOCK]).powi_scalar(2).sum_dim(2).sqrt().sum_dim(1);
                 values(block_lengths.reshape([5, 1]).mul_scalar(32f32.sqrt() * a / 16.0 * (1.0 + 1.0 / 128.0)))
             }
         };
@@ -292,10 +332,18 @@ fn check_random_table<B: Qwen35Ops>(float: &TokenTable<B>, q8: &TokenTable<B>) {
 
 /// What a q8 load leaves in f32: experts whose width is not a whole block.
 fn check_partial_blocks<B: Qwen35Ops>() {
-    let (_, q8) = qwen35::load_model_with_weights::<B>(fixture_path("moe/save_pretrained"), WeightFormat::Q8, &Default::default()).unwrap();
+    let (_, q8) = qwen35::load_model_with_weights::<B>(
+        fixture_path("moe/save_pretrained"),
+        WeightFormat::Q8,
+        &Default::default(),
+    )
+    .unwrap();
     let FeedForward::Sparse(moe) = &q8.layers[0].mlp else { panic!("MoE") };
     assert!(matches!(moe.experts, Experts::Float(_)), "experts of width 16 stay f32");
-    assert!(matches!(moe.shared_expert.gate_proj, Projection::Q8(_)), "the shared expert's input (32) is a whole block");
+    assert!(
+        matches!(moe.shared_expert.gate_proj, Projection::Q8(_)),
+        "the shared expert's input (32) is a whole block"
+    );
     assert!(matches!(moe.shared_expert.down_proj, Projection::Float(_)), "its down projection's input (24) is not");
 }
 
@@ -308,10 +356,16 @@ fn f16_copy(folder: &str) -> tempfile::TempDir {
             rewrite_tensors(&path, |_, dtype, shape, data| {
                 let values: Vec<f32> = match dtype {
                     Dtype::F32 => data.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect(),
-                    Dtype::BF16 => data.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+                    Dtype::BF16 => {
+                        data.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect()
+                    }
                     _ => return Some((dtype, shape, data)),
                 };
-                Some((Dtype::F32, shape, values.iter().flat_map(|&v| half::f16::from_f32(v).to_f32().to_le_bytes()).collect()))
+                Some((
+                    Dtype::F32,
+                    shape,
+                    values.iter().flat_map(|&v| half::f16::from_f32(v).to_f32().to_le_bytes()).collect(),
+                ))
             });
         }
     }
@@ -331,18 +385,35 @@ fn check_half_model<B: Qwen35Ops>(model_name: &str, layout: &str, format: Weight
     };
     let (_, float) = qwen35::load_model_with_weights::<B>(dir.path(), WeightFormat::F32, &device).unwrap();
     let (_, half) = qwen35::load_model_with_weights::<B>(dir.path(), format, &device).unwrap();
-    let in_format = |projection: &Projection<B>| matches!((projection, format), (Projection::F16(_), WeightFormat::F16) | (Projection::Bf16(_), WeightFormat::Bf16));
+    let in_format = |projection: &Projection<B>| {
+        matches!(
+            (projection, format),
+            (Projection::F16(_), WeightFormat::F16) | (Projection::Bf16(_), WeightFormat::Bf16)
+        )
+    };
     for (name, projection) in projections(&half) {
         assert!(in_format(projection), "{folder} {name}: not in {format}");
     }
     for layer in &half.layers {
         if let FeedForward::Sparse(moe) = &layer.mlp {
-            assert!(matches!((&moe.experts, format), (Experts::F16(_), WeightFormat::F16) | (Experts::Bf16(_), WeightFormat::Bf16)), "{folder}: experts not in {format}");
+            assert!(
+                matches!(
+                    (&moe.experts, format),
+                    (Experts::F16(_), WeightFormat::F16) | (Experts::Bf16(_), WeightFormat::Bf16)
+                ),
+                "{folder}: experts not in {format}"
+            );
         }
     }
     let tables: Vec<&TokenTable<B>> = [Some(&half.embed_tokens), half.lm_head.as_ref()].into_iter().flatten().collect();
     for table in &tables {
-        assert!(matches!((table, format), (TokenTable::F16(_), WeightFormat::F16) | (TokenTable::Bf16(_), WeightFormat::Bf16)), "{folder}: a token table not in {format}");
+        assert!(
+            matches!(
+                (table, format),
+                (TokenTable::F16(_), WeightFormat::F16) | (TokenTable::Bf16(_), WeightFormat::Bf16)
+            ),
+            "{folder}: a token table not in {format}"
+        );
     }
     // Each 16-bit weight is one parameter: a float tensor in the 16-bit dtype where the device
     // holds one, else an int tensor of patterns (and no other parameter is an int).
@@ -352,11 +423,21 @@ fn check_half_model<B: Qwen35Ops>(model_name: &str, layout: &str, format: Weight
     let mut held = HeldAs { dtype: kind.dtype(), floats: 0, ints: 0 };
     half.visit(&mut held);
     let expected = if holds_half_floats::<B>(kind, &device) { (weights, 0) } else { (0, weights) };
-    assert_eq!((held.floats, held.ints), expected, "{folder} {format}: (float parameters in {:?}, int parameters)", kind.dtype());
+    assert_eq!(
+        (held.floats, held.ints),
+        expected,
+        "{folder} {format}: (float parameters in {:?}, int parameters)",
+        kind.dtype()
+    );
     let [vocab, _] = float.embed_tokens.dims();
     let ids: Vec<i64> = (0..2 * 37).map(|i| (i * 89 + 5) as i64 % vocab as i64).collect();
     let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [2, 37]), &device);
-    relative_check(&format!("{folder} {format} logits"), &values(half.forward(ids.clone())), &values(float.forward(ids)), TOLERANCE);
+    relative_check(
+        &format!("{folder} {format} logits"),
+        &values(half.forward(ids.clone())),
+        &values(float.forward(ids)),
+        TOLERANCE,
+    );
 }
 
 /// `auto` loads a checkpoint whose matrices are all bf16 (or all f16) in that format where the
@@ -373,29 +454,42 @@ fn check_auto<B: Qwen35Ops>() {
             for shard in std::fs::read_dir(dir.path()).unwrap().map(|entry| entry.unwrap().path()) {
                 if shard.extension().is_some_and(|ext| ext == "safetensors") {
                     rewrite_tensors(&shard, |name, dtype, shape, data| match dtype {
-                        Dtype::BF16 => retype(name, data.clone()).map_or(Some((dtype, shape.clone(), data)), |(dtype, data)| Some((dtype, shape, data))),
+                        Dtype::BF16 => retype(name, data.clone())
+                            .map_or(Some((dtype, shape.clone(), data)), |(dtype, data)| Some((dtype, shape, data))),
                         _ => Some((dtype, shape, data)),
                     });
                 }
             }
             dir
         };
-        let bf16_values = |data: &[u8]| data.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect::<Vec<f32>>();
-        let f16 = retyped(&|_, data| Some((Dtype::F16, bf16_values(&data).iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect())));
+        let bf16_values = |data: &[u8]| {
+            data.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect::<Vec<f32>>()
+        };
+        let f16 = retyped(&|_, data| {
+            Some((Dtype::F16, bf16_values(&data).iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect()))
+        });
         for (dir, half) in [(fixture_copy(&folder), Half::Bf16), (f16, Half::F16)] {
             let expected = match WeightFormat::half_bytes::<B>(half, &device) {
                 2 => WeightFormat::of_half(half),
                 _ => WeightFormat::F32,
             };
             assert_eq!(Checkpoint::open_dir(dir.path()).unwrap().matrices_half(), Some(half), "{folder} in {half:?}");
-            assert_eq!(WeightChoice::Auto.for_folder::<B>(dir.path(), &device).unwrap(), expected, "{folder} in {half:?}");
+            assert_eq!(
+                WeightChoice::Auto.for_folder::<B>(dir.path(), &device).unwrap(),
+                expected,
+                "{folder} in {half:?}"
+            );
         }
         let one_f32 = retyped(&|name, data| {
             let f32_bytes = bf16_values(&data).iter().flat_map(|v| v.to_le_bytes()).collect();
             name.ends_with("layers.0.mlp.up_proj.weight").then_some((Dtype::F32, f32_bytes))
         });
         assert_eq!(Checkpoint::open_dir(one_f32.path()).unwrap().matrices_half(), None, "{folder} with an f32 matrix");
-        assert_eq!(WeightChoice::Auto.for_folder::<B>(one_f32.path(), &device).unwrap(), WeightFormat::F32, "{folder} with an f32 matrix");
+        assert_eq!(
+            WeightChoice::Auto.for_folder::<B>(one_f32.path(), &device).unwrap(),
+            WeightFormat::F32,
+            "{folder} with an f32 matrix"
+        );
     }
 }
 

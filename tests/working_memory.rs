@@ -25,8 +25,14 @@ static ALLOCATOR: Counting = Counting;
 /// A `/v1/systemone` request's rows: a state of about `words` words and `questions` questions.
 fn rows(prompter: &Prompter, words: usize, questions: usize) -> Plan {
     let state: String = (0..words).map(|i| format!("w{} ", i % 97)).collect();
-    let questions: Map<String, Value> =
-        (0..questions).map(|i| (format!("q{i}"), json!({"type": "choice", "instructions": format!("Pick {i}?"), "options": ["a", "b", "c"]}))).collect();
+    let questions: Map<String, Value> = (0..questions)
+        .map(|i| {
+            (
+                format!("q{i}"),
+                json!({"type": "choice", "instructions": format!("Pick {i}?"), "options": ["a", "b", "c"]}),
+            )
+        })
+        .collect();
     prompter.plan(&SystemOneRequest::new(Value::String(state), questions)).expect("a valid request")
 }
 
@@ -39,7 +45,12 @@ fn check(decider: &Decider<B>, name: &str, requests: &[&[Row]]) {
         assert!(answers.iter().all(Result::is_ok), "{name}: answered");
     });
     let mib = |b: usize| b as f64 / (1 << 20) as f64;
-    eprintln!("{name}: measured {:.1} MiB, bound {:.1} MiB ({:.2}x)", mib(measured), mib(estimate), estimate as f64 / measured as f64);
+    eprintln!(
+        "{name}: measured {:.1} MiB, bound {:.1} MiB ({:.2}x)",
+        mib(measured),
+        mib(estimate),
+        estimate as f64 / measured as f64
+    );
     assert!(measured <= estimate, "{name}: {measured} bytes allocated, more than the bound of {estimate}");
     assert!(estimate <= 3 * measured, "{name}: the bound of {estimate} bytes is more than 3x the {measured} allocated");
 }
@@ -59,7 +70,8 @@ fn requests(prompter: &Prompter, words: usize) -> Vec<(&'static str, Vec<Plan>)>
 /// head's memory is the weights', not a call's).
 fn real_widths(name: &str, experts: usize) -> Qwen35Config {
     let path = fixture_path(&format!("configs/{name}.json"));
-    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("config fixture")).expect("config JSON");
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("config fixture")).expect("config JSON");
     let text = config["text_config"].as_object_mut().expect("a text_config");
     text.insert("num_hidden_layers".into(), json!(4));
     let layers: Vec<Value> = text["layer_types"].as_array().expect("layer types")[..4].to_vec();
@@ -81,7 +93,11 @@ fn the_working_memory_bound_holds_and_is_tight() {
     drop(demo);
     // Real widths, with segments and key blocks of 256 so that a 600-word state spans several.
     let blocks = PrefillBlocks { segment: 256, key_block: 256 };
-    for (name, config, weights) in [("2B widths f32", "qwen3.5-2b", WeightFormat::F32), ("2B widths q8", "qwen3.5-2b", WeightFormat::Q8), ("35B-A3B widths q8", "qwen3.5-35b-a3b", WeightFormat::Q8)] {
+    for (name, config, weights) in [
+        ("2B widths f32", "qwen3.5-2b", WeightFormat::F32),
+        ("2B widths q8", "qwen3.5-2b", WeightFormat::Q8),
+        ("35B-A3B widths q8", "qwen3.5-35b-a3b", WeightFormat::Q8),
+    ] {
         let model = random_model::<B>(&real_widths(config, 32), weights, &device).with_blocks(blocks);
         let decider = Decider::new(model, Prompter::demo(), &device, name.into()).expect("the tokenizer fits");
         for (kind, plans) in requests(decider.prompter(), 600) {

@@ -24,8 +24,7 @@ fn bench_backend<B: Qwen35Ops>(c: &mut Criterion, backend: &str, with_generic: b
     group.throughput(Throughput::Elements(len as u64));
     group.bench_function(backend, |b| {
         b.iter(|| {
-            let (out, _state) =
-                gated_delta_rule(q.clone(), k.clone(), v.clone(), g.clone(), beta.clone(), None);
+            let (out, _state) = gated_delta_rule(q.clone(), k.clone(), v.clone(), g.clone(), beta.clone(), None);
             B::sync(&device).expect("sync");
             out
         })
@@ -34,8 +33,14 @@ fn bench_backend<B: Qwen35Ops>(c: &mut Criterion, backend: &str, with_generic: b
         let state = Tensor::<B, 4>::zeros([1, heads, d, d], &device);
         group.bench_function(format!("{backend}_generic_chunked"), |b| {
             b.iter(|| {
-                let (out, _state) =
-                    decider_ops::generic::chunked_gated_delta_rule(q.clone(), k.clone(), v.clone(), g.clone(), beta.clone(), state.clone());
+                let (out, _state) = decider_ops::generic::chunked_gated_delta_rule(
+                    q.clone(),
+                    k.clone(),
+                    v.clone(),
+                    g.clone(),
+                    beta.clone(),
+                    state.clone(),
+                );
                 B::sync(&device).expect("sync");
                 out
             })

@@ -58,14 +58,24 @@ impl Stack {
         config.num_hidden_layers = self.layers.len();
         config.vocab_size = 1024;
         let kinds = |kind: LayerType| config.layer_types.iter().filter(|&&t| t == kind).count();
-        assert_eq!((kinds(LayerType::LinearAttention), kinds(LayerType::FullAttention)), (self.layers.len() - 1, 1), "{}", self.name);
+        assert_eq!(
+            (kinds(LayerType::LinearAttention), kinds(LayerType::FullAttention)),
+            (self.layers.len() - 1, 1),
+            "{}",
+            self.name
+        );
         config
     }
 }
 
 /// The comma-separated values of the variable `name`, or `default`.
 fn list(name: &str, default: &str) -> Vec<String> {
-    std::env::var(name).unwrap_or_else(|_| default.into()).split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
+    std::env::var(name)
+        .unwrap_or_else(|_| default.into())
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
 }
 
 /// Resident and peak resident memory of this process in MiB (Linux; zeros elsewhere).
@@ -76,7 +86,10 @@ fn memory_mib() -> (u64, u64) {
 
 fn bench_backend<B: Qwen35Ops>(backend: &str) {
     let device = B::Device::default();
-    let tokens: Vec<usize> = list("DECIDER_BENCH_TOKENS", "128,512,2048").iter().map(|n| n.parse().expect("DECIDER_BENCH_TOKENS: numbers")).collect();
+    let tokens: Vec<usize> = list("DECIDER_BENCH_TOKENS", "128,512,2048")
+        .iter()
+        .map(|n| n.parse().expect("DECIDER_BENCH_TOKENS: numbers"))
+        .collect();
     let runs: usize = std::env::var("DECIDER_BENCH_RUNS").ok().and_then(|n| n.parse().ok()).unwrap_or(3);
     let stacks = list("DECIDER_BENCH_STACKS", &STACKS.map(|s| s.name).join(","));
     let formats = list("DECIDER_BENCH_WEIGHTS", &WeightFormat::ALL.map(|(name, _)| name).join(","));
@@ -85,7 +98,11 @@ fn bench_backend<B: Qwen35Ops>(backend: &str) {
         for format in &formats {
             let weights: WeightFormat = format.parse().expect("DECIDER_BENCH_WEIGHTS: weight formats");
             let full = stack.full_config().init_with_weights::<B>(weights, &device).weight_bytes();
-            println!("prefill {backend} {} {weights}: the whole model's weights are {:.2} GB", stack.name, full as f64 / 1e9);
+            println!(
+                "prefill {backend} {} {weights}: the whole model's weights are {:.2} GB",
+                stack.name,
+                full as f64 / 1e9
+            );
             let building = Instant::now();
             let model = random_model::<B>(&config, weights, &device);
             let (resident, _) = memory_mib();
@@ -103,7 +120,12 @@ fn bench_backend<B: Qwen35Ops>(backend: &str) {
                     start.elapsed().as_secs_f64()
                 };
                 let _ = std::fs::write("/proc/self/clear_refs", "5");
-                let timed = if len > LONG { 1 } else { forward(); runs.max(1) };
+                let timed = if len > LONG {
+                    1
+                } else {
+                    forward();
+                    runs.max(1)
+                };
                 let best = (0..timed).map(|_| forward()).fold(f64::INFINITY, f64::min);
                 let (_, peak) = memory_mib();
                 println!(

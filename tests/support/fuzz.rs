@@ -11,7 +11,16 @@ pub fn number() -> impl Strategy<Value = Value> {
     prop_oneof![
         any::<i64>().prop_map(Value::from),
         any::<u64>().prop_map(Value::from),
-        prop_oneof![Just(0.0), Just(-0.0), Just(f64::MAX), Just(f64::MIN_POSITIVE), Just(5e-324), Just(1e16), Just(0.1)].prop_map(Value::from),
+        prop_oneof![
+            Just(0.0),
+            Just(-0.0),
+            Just(f64::MAX),
+            Just(f64::MIN_POSITIVE),
+            Just(5e-324),
+            Just(1e16),
+            Just(0.1)
+        ]
+        .prop_map(Value::from),
         any::<f64>().prop_filter("JSON numbers are finite", |x| x.is_finite()).prop_map(Value::from),
         (0u8..12).prop_map(Value::from),
     ]
@@ -32,7 +41,8 @@ pub fn python_json_value() -> impl Strategy<Value = Json> {
     leaf.prop_recursive(3, 48, 8, |inner| {
         prop_oneof![
             proptest::collection::vec(inner.clone(), 0..10).prop_map(Json::List),
-            proptest::collection::vec((text(), inner), 0..6).prop_map(|entries| Json::Dict(entries.into_iter().collect())),
+            proptest::collection::vec((text(), inner), 0..6)
+                .prop_map(|entries| Json::Dict(entries.into_iter().collect())),
         ]
     })
 }
@@ -41,18 +51,38 @@ pub fn python_json_value() -> impl Strategy<Value = Json> {
 pub fn text() -> impl Strategy<Value = String> {
     prop_oneof![
         any::<String>(),
-        proptest::sample::select(vec!["", " ", "true", "false", "none", "None of the above", "0", "10", "-1", "1.5", "A", "\n", "\u{0}", "é", "日本", "🙂"]).prop_map(str::to_owned),
+        proptest::sample::select(vec![
+            "",
+            " ",
+            "true",
+            "false",
+            "none",
+            "None of the above",
+            "0",
+            "10",
+            "-1",
+            "1.5",
+            "A",
+            "\n",
+            "\u{0}",
+            "é",
+            "日本",
+            "🙂"
+        ])
+        .prop_map(str::to_owned),
         ("[a-z ]{0,3}", 0usize..4).prop_map(|(s, n)| s.repeat(n)),
     ]
 }
 
 /// Any JSON value, nested a few levels.
 pub fn json_value() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![Just(Value::Null), any::<bool>().prop_map(Value::from), number(), text().prop_map(Value::from)];
+    let leaf =
+        prop_oneof![Just(Value::Null), any::<bool>().prop_map(Value::from), number(), text().prop_map(Value::from)];
     leaf.prop_recursive(4, 64, 12, |inner| {
         prop_oneof![
             proptest::collection::vec(inner.clone(), 0..12).prop_map(Value::from),
-            proptest::collection::vec((text(), inner), 0..8).prop_map(|entries| Value::Object(entries.into_iter().collect())),
+            proptest::collection::vec((text(), inner), 0..8)
+                .prop_map(|entries| Value::Object(entries.into_iter().collect())),
         ]
     })
 }
@@ -60,7 +90,8 @@ pub fn json_value() -> impl Strategy<Value = Value> {
 /// Questions as clients write them, right or nearly right, and anything at all.
 pub fn question() -> impl Strategy<Value = Value> {
     let kind = prop_oneof![
-        proptest::sample::select(vec!["choice", "noul", "score", "bool", "boolean", "yesno", "multi", "Choice", ""]).prop_map(Value::from),
+        proptest::sample::select(vec!["choice", "noul", "score", "bool", "boolean", "yesno", "multi", "Choice", ""])
+            .prop_map(Value::from),
         json_value(),
     ];
     let options = prop_oneof![
@@ -92,8 +123,8 @@ pub fn questions() -> impl Strategy<Value = Map<String, Value>> {
     proptest::collection::vec((text(), question()), 0..6).prop_map(|entries| entries.into_iter().collect())
 }
 
-
 /// One to three questions the reference accepts, keyed `q0`, `q1`, ….
 pub fn valid_questions() -> impl Strategy<Value = Map<String, Value>> {
-    proptest::collection::vec(valid_question(), 1..4).prop_map(|questions| questions.into_iter().enumerate().map(|(i, q)| (format!("q{i}"), q)).collect())
+    proptest::collection::vec(valid_question(), 1..4)
+        .prop_map(|questions| questions.into_iter().enumerate().map(|(i, q)| (format!("q{i}"), q)).collect())
 }

@@ -47,7 +47,8 @@ pub fn dense_with_vocab(vocab: usize, nan: Option<usize>) -> tempfile::TempDir {
     rewrite_tensors(&dir.path().join("model.safetensors"), |name, dtype, shape, data| {
         Some(match name.ends_with("embed_tokens.weight") {
             true => {
-                let value = |i: usize| if Some(i) == nan { f32::NAN } else { ((i * 7919) % 1999) as f32 / 1999.0 - 0.5 };
+                let value =
+                    |i: usize| if Some(i) == nan { f32::NAN } else { ((i * 7919) % 1999) as f32 / 1999.0 - 0.5 };
                 let values = (0..vocab * shape[1]).flat_map(|i| half::bf16::from_f32(value(i)).to_le_bytes());
                 (Dtype::BF16, vec![vocab, shape[1]], values.collect())
             }
@@ -59,7 +60,10 @@ pub fn dense_with_vocab(vocab: usize, nan: Option<usize>) -> tempfile::TempDir {
 
 /// Rewrites the safetensors file at `path` through `edit`, which gets each (name, dtype, shape,
 /// bytes) and returns the tensor to write instead, or `None` to drop it.
-pub fn rewrite_tensors(path: &Path, edit: impl Fn(&str, Dtype, Vec<usize>, Vec<u8>) -> Option<(Dtype, Vec<usize>, Vec<u8>)>) {
+pub fn rewrite_tensors(
+    path: &Path,
+    edit: impl Fn(&str, Dtype, Vec<usize>, Vec<u8>) -> Option<(Dtype, Vec<usize>, Vec<u8>)>,
+) {
     let bytes = std::fs::read(path).unwrap();
     let tensors = SafeTensors::deserialize(&bytes).unwrap();
     let edited: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = tensors
@@ -122,7 +126,12 @@ impl Reference {
 /// Compares `actual` with the reference tensor `name`: same shape and
 /// `max |actual - reference| <= tolerance * max(1, max |reference|)`. Returns the achieved
 /// relative error (max abs difference over that scale) so callers can report it.
-pub fn assert_close<B: Backend, const D: usize>(reference: &Reference, name: &str, actual: Tensor<B, D>, tolerance: f32) -> f32 {
+pub fn assert_close<B: Backend, const D: usize>(
+    reference: &Reference,
+    name: &str,
+    actual: Tensor<B, D>,
+    tolerance: f32,
+) -> f32 {
     let (expected, shape) = reference.f32(name);
     assert_eq!(actual.dims().to_vec(), shape, "{name}: shape");
     let actual = actual.into_data().convert::<f32>().to_vec::<f32>().unwrap();
@@ -140,6 +149,9 @@ pub fn relative_check(name: &str, actual: &[f32], expected: &[f32], tolerance: f
         worst = worst.max(diff);
     }
     let relative = worst / scale;
-    assert!(relative <= tolerance, "{name}: max abs difference {worst} is {relative:.2e} of the scale {scale}, over {tolerance:.0e}");
+    assert!(
+        relative <= tolerance,
+        "{name}: max abs difference {worst} is {relative:.2e} of the scale {scale}, over {tolerance:.0e}"
+    );
     relative
 }

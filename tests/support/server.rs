@@ -42,7 +42,9 @@ impl Server {
         let banner = lines.next().map(|l| l.expect("utf-8"));
         // Keep reading stdout so the server never blocks on a full pipe.
         std::thread::spawn(move || lines.for_each(drop));
-        let base = banner.and_then(|b| b.split_whitespace().find(|w| w.starts_with("http://")).map(String::from)).unwrap_or_default();
+        let base = banner
+            .and_then(|b| b.split_whitespace().find(|w| w.starts_with("http://")).map(String::from))
+            .unwrap_or_default();
         Server { child, base, log, log_reader: Some(log_reader) }
     }
 

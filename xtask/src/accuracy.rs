@@ -132,14 +132,28 @@ impl Reference {
 
     /// One weight set's probabilities, item by item.
     pub fn probabilities(&self, set: &str) -> anyhow::Result<Probabilities> {
-        self.items.iter().map(|item| item.probabilities.get(set).cloned().with_context(|| format!("item {}: no {set:?} probabilities in the reference", item.id))).collect()
+        self.items
+            .iter()
+            .map(|item| {
+                item.probabilities
+                    .get(set)
+                    .cloned()
+                    .with_context(|| format!("item {}: no {set:?} probabilities in the reference", item.id))
+            })
+            .collect()
     }
 }
 
 /// This project's probabilities for every item in `format`, checking each item's rows against
 /// the reference's (same ids, so both sides scored the same prompts).
-fn probabilities<B: Qwen35Ops>(model: &Path, format: WeightFormat, reference: &Reference, device: &B::Device) -> anyhow::Result<Probabilities> {
-    let decider = Decider::<B>::load_with_weights(model, format, device).with_context(|| format!("loading {} in {format}", model.display()))?;
+fn probabilities<B: Qwen35Ops>(
+    model: &Path,
+    format: WeightFormat,
+    reference: &Reference,
+    device: &B::Device,
+) -> anyhow::Result<Probabilities> {
+    let decider = Decider::<B>::load_with_weights(model, format, device)
+        .with_context(|| format!("loading {} in {format}", model.display()))?;
     let items = select_items(&assets_dir(), &TIERS.map(|t| t.name.to_string()), None)?;
     ensure!(items.len() == reference.items.len(), "{} items, the reference has {}", items.len(), reference.items.len());
     let started = std::time::Instant::now();
@@ -152,7 +166,10 @@ fn probabilities<B: Qwen35Ops>(model: &Path, format: WeightFormat, reference: &R
         let rows: Vec<(usize, String)> = plan.rows.iter().map(|r| (r.ids.len(), ids_digest(&r.ids))).collect();
         let expected_rows: Vec<(usize, String)> = expected.rows.iter().map(|r| (r.len, r.ids_sha256.clone())).collect();
         if rows != expected_rows {
-            bail!("item {}: this project's prompt rows (length, ids SHA-256) {rows:?} differ from the reference's {expected_rows:?}", item.id);
+            bail!(
+                "item {}: this project's prompt rows (length, ids SHA-256) {rows:?} differ from the reference's {expected_rows:?}",
+                item.id
+            );
         }
         out.push(decider.slot_probabilities(&plan.rows)?);
     }
@@ -167,10 +184,20 @@ impl GenericTask for &AccuracyArgs {
         let ours_f32 = probabilities::<B>(&self.model, WeightFormat::F32, &reference, device)?;
         let parity = shift(&reference_f32, &ours_f32)?;
         let (top, uniform) = mean_top(&ours_f32);
-        println!("model {} on {}: {} slots; mean top probability {top:.3} (uniform answers: {uniform:.3})", self.model.display(), self.backend, parity.slots);
-        println!("f32 against transformers f32: mean |Δp| {:.2e}, max {:.2e}, top choice changed {}", parity.mean, parity.max, parity.top_changed);
+        println!(
+            "model {} on {}: {} slots; mean top probability {top:.3} (uniform answers: {uniform:.3})",
+            self.model.display(),
+            self.backend,
+            parity.slots
+        );
+        println!(
+            "f32 against transformers f32: mean |Δp| {:.2e}, max {:.2e}, top choice changed {}",
+            parity.mean, parity.max, parity.top_changed
+        );
         println!();
-        println!("| weights | mean \\|Δp\\| | max \\|Δp\\| | top choice changed | llama.cpp rounding (transformers): mean \\|Δp\\| | max \\|Δp\\| | top changed | ratio of means | ≤ {BOUND} |");
+        println!(
+            "| weights | mean \\|Δp\\| | max \\|Δp\\| | top choice changed | llama.cpp rounding (transformers): mean \\|Δp\\| | max \\|Δp\\| | top changed | ratio of means | ≤ {BOUND} |"
+        );
         println!("|---|---|---|---|---|---|---|---|---|");
         let mut failed = Vec::new();
         for &format in &self.formats {
@@ -187,16 +214,24 @@ impl GenericTask for &AccuracyArgs {
             }
             let verdict = if ratio <= BOUND { "holds" } else { "**fails**" };
             let compared = format!("{:.5} | {:.4} | {}", yardstick.mean, yardstick.max, yardstick.top_changed);
-            println!("| {format} (activations in integer blocks, as computed) | {} | {compared} | {ratio:.2} | {verdict} |", columns(&ours));
+            println!(
+                "| {format} (activations in integer blocks, as computed) | {} | {compared} | {ratio:.2} | {verdict} |",
+                columns(&ours)
+            );
             // The same weights with f32 activations (a quantized folder loaded in f32): the
             // rounding scheme alone, against llama.cpp's.
             let folder = std::env::temp_dir().join(format!("decider-accuracy-{}-{format}", std::process::id()));
             let _ = std::fs::remove_dir_all(&folder);
-            qwen35::quantize::quantize_folder::<B>(&self.model, &folder, format, device).with_context(|| format!("writing {}", folder.display()))?;
+            qwen35::quantize::quantize_folder::<B>(&self.model, &folder, format, device)
+                .with_context(|| format!("writing {}", folder.display()))?;
             let alone = probabilities::<B>(&folder, WeightFormat::F32, &reference, device);
             std::fs::remove_dir_all(&folder).with_context(|| format!("removing {}", folder.display()))?;
             let alone = shift(&ours_f32, &alone?)?;
-            println!("| {format} weights alone (f32 activations) | {} | {compared} | {:.2} | |", columns(&alone), alone.mean / yardstick.mean);
+            println!(
+                "| {format} weights alone (f32 activations) | {} | {compared} | {:.2} | |",
+                columns(&alone),
+                alone.mean / yardstick.mean
+            );
         }
         ensure!(failed.is_empty(), "mean |Δp| above {BOUND} x the yardstick's for {failed:?}");
         Ok(())
@@ -226,7 +261,9 @@ mod tests {
     #[test]
     fn shift_refuses_answers_of_other_shapes() {
         let base = vec![vec![vec![0.5, 0.5]]];
-        assert!(shift(&base, &vec![vec![vec![1.0, 0.0, 0.0]]]).unwrap_err().to_string().contains("2 options against 3"));
+        assert!(
+            shift(&base, &vec![vec![vec![1.0, 0.0, 0.0]]]).unwrap_err().to_string().contains("2 options against 3")
+        );
         assert!(shift(&base, &vec![]).unwrap_err().to_string().contains("1 items against 0"));
     }
 

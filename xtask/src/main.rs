@@ -71,7 +71,13 @@ fn main() -> anyhow::Result<()> {
             run(Command::new(&venv_python)
                 .args(["-m", "pip", "install", "--quiet", "-r"])
                 .arg(root.join("tests/fixtures/http/requirements.txt")))?;
-            for script in ["assets/tokenizer/build.py", "tests/fixtures/tokenizer/generate.py", "tests/fixtures/prompts/generate.py", "tests/fixtures/http/generate.py", "tests/fixtures/json/generate.py"] {
+            for script in [
+                "assets/tokenizer/build.py",
+                "tests/fixtures/tokenizer/generate.py",
+                "tests/fixtures/prompts/generate.py",
+                "tests/fixtures/http/generate.py",
+                "tests/fixtures/json/generate.py",
+            ] {
                 run(Command::new(&venv_python).arg(root.join(script)))?;
             }
             Ok(())
@@ -87,7 +93,15 @@ fn main() -> anyhow::Result<()> {
             run(cargo().args(["bench", "-p", "integration-tests", "--bench", "prefill"]))?;
             run(cargo().args(["bench", "-p", "decider", "--bench", "shared_prefix"]))?;
             run(cargo().args(["bench", "-p", "decider-ops", "--bench", "ops", "--features", "candle,wgpu"]))?;
-            run(cargo().args(["bench", "-p", "integration-tests", "--bench", "delta_rule", "--features", "decider-ops/candle,decider-ops/wgpu"]))?;
+            run(cargo().args([
+                "bench",
+                "-p",
+                "integration-tests",
+                "--bench",
+                "delta_rule",
+                "--features",
+                "decider-ops/candle,decider-ops/wgpu",
+            ]))?;
             run(cargo().args(["bench", "-p", "decider-cli", "--bench", "serve_load"]))
         }
     }

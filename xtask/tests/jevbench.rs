@@ -26,7 +26,11 @@ fn args(out: &Path, limit: Option<usize>) -> JevbenchArgs {
 }
 
 fn records(out: &Path) -> Vec<Value> {
-    std::fs::read_to_string(out.join("records.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    std::fs::read_to_string(out.join("records.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 #[test]
@@ -34,7 +38,8 @@ fn the_public_items_are_the_published_ones() {
     // load_tier checks each file's SHA-256 against the manifest and its row count.
     let items = select_items(&assets_dir(), &["easy".into(), "standard".into(), "hard".into()], None).unwrap();
     assert_eq!(items.len(), 231);
-    let counts: Vec<usize> = ["easy", "standard", "hard"].iter().map(|t| items.iter().filter(|i| i.tier == *t).count()).collect();
+    let counts: Vec<usize> =
+        ["easy", "standard", "hard"].iter().map(|t| items.iter().filter(|i| i.tier == *t).count()).collect();
     assert_eq!(counts, [48, 72, 111]);
     let mut ids: Vec<&str> = items.iter().map(|i| i.id.as_str()).collect();
     ids.sort();
@@ -57,8 +62,14 @@ fn all_231_items_on_the_demo_model() {
     let meta = serde_json::json!({"model": decider.name(), "random_weights": true});
     let summary = run_and_report(&args, &mut InProcess(&decider), meta).unwrap();
     assert_eq!((summary.attempted, summary.selected, summary.stopped_early.as_deref()), (231, 231, None));
-    assert_eq!(summary.tiers.iter().map(|t| (t.tier, t.items)).collect::<Vec<_>>(), [("easy", 48), ("standard", 72), ("hard", 111)]);
-    assert_eq!(summary.overall.schema_validity_strict, 1.0, "every answer is a valid distribution over the exact labels");
+    assert_eq!(
+        summary.tiers.iter().map(|t| (t.tier, t.items)).collect::<Vec<_>>(),
+        [("easy", 48), ("standard", 72), ("hard", 111)]
+    );
+    assert_eq!(
+        summary.overall.schema_validity_strict, 1.0,
+        "every answer is a valid distribution over the exact labels"
+    );
     assert_eq!(summary.families.len(), 18);
     assert_eq!(summary.paraphrase.pairs, 36);
     let records = records(out.path());
@@ -70,7 +81,10 @@ fn all_231_items_on_the_demo_model() {
     for title in ["Accuracy per tier", "Reliability", "Accuracy per family", "Latency per item"] {
         assert!(html.contains(&format!(">{title}</text>")), "the chart {title} has its title");
     }
-    assert!(html.contains("p50 ") && html.contains("p95 ") && html.contains("log scale"), "the latency chart marks p50 and p95 on a log axis");
+    assert!(
+        html.contains("p50 ") && html.contains("p95 ") && html.contains("log scale"),
+        "the latency chart marks p50 and p95 on a log axis"
+    );
     let wrong = 231 - summary.overall.correct;
     assert!(html.contains(&format!("Items answered wrongly ({wrong} of 231)")));
     assert_eq!(html.matches("another label was more probable").count(), wrong, "one row per item answered wrongly");
@@ -80,10 +94,19 @@ fn all_231_items_on_the_demo_model() {
     let mut known = summary;
     known.meta["model"] = "decider-2b-v10".into();
     let html = xtask::jevbench::report::html(&known, &[]);
-    assert!(html.contains("<th>model card (decider-2b v10)</th>") && html.contains("<td>61/72 (0.847)</td>") && html.contains("<td>51/111 (0.459)</td>"), "{html}");
-    assert!(xtask::jevbench::report::table(&known).contains("model card (decider-2b v10): easy 48/48, standard 61/72, hard 51/111"));
+    assert!(
+        html.contains("<th>model card (decider-2b v10)</th>")
+            && html.contains("<td>61/72 (0.847)</td>")
+            && html.contains("<td>51/111 (0.459)</td>"),
+        "{html}"
+    );
+    assert!(
+        xtask::jevbench::report::table(&known)
+            .contains("model card (decider-2b v10): easy 48/48, standard 61/72, hard 51/111")
+    );
     let summary = known;
-    let results: Value = serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap()).unwrap();
+    let results: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap()).unwrap();
     assert_eq!(results["attempted"], 231);
     print!("{}", xtask::jevbench::report::table(&summary));
     // A second run into the same folder is refused before its first request, and the first
@@ -107,9 +130,12 @@ fn endpoint_against_our_server_gives_the_in_process_answers() {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let (ready_tx, ready) = std::sync::mpsc::channel();
     let server = std::thread::spawn(move || {
-        serve::<NdArray>(&ServeArgs::new(ModelSource::Demo), &Default::default(), async { stopped.await.unwrap_or(()) }, |_, addr| {
-            ready_tx.send(addr).unwrap()
-        })
+        serve::<NdArray>(
+            &ServeArgs::new(ModelSource::Demo),
+            &Default::default(),
+            async { stopped.await.unwrap_or(()) },
+            |_, addr| ready_tx.send(addr).unwrap(),
+        )
     });
     let addr = ready.recv().expect("the server starts");
 

@@ -42,7 +42,10 @@ fn main() {
     let server = Server::spawn(command);
     assert!(!server.base.is_empty(), "the server did not start: {}", server.log());
     let loaded = memory_mib(&server, "VmRSS:");
-    println!("serve_load: --model {model} --weights {weights}, loaded in {:.1} s, resident {loaded:.0} MiB", loading.elapsed().as_secs_f64());
+    println!(
+        "serve_load: --model {model} --weights {weights}, loaded in {:.1} s, resident {loaded:.0} MiB",
+        loading.elapsed().as_secs_f64()
+    );
 
     let body = decision();
     let (status, first) = server.post("/v1/systemone", &body);
@@ -130,7 +133,10 @@ fn load_phases(server: &Server, body: &str, requests: usize, tokens: u64) {
     let batches = stats["batches"].as_u64().unwrap_or(0) - batches_before;
     println!("serve_load: {requests} decisions of {tokens} tokens per phase");
     println!("  1 client at a time:   {one_at_a_time:8.2} decisions/s");
-    println!("  {CLIENTS} clients at once:   {at_once:8.2} decisions/s in {batches} model runs (batch_hist over both phases {})", stats["batch_hist"]);
+    println!(
+        "  {CLIENTS} clients at once:   {at_once:8.2} decisions/s in {batches} model runs (batch_hist over both phases {})",
+        stats["batch_hist"]
+    );
     println!("  ratio:                {:8.2}x", at_once / one_at_a_time);
     println!("  server peak resident: {:8.0} MiB", memory_mib(server, "VmHWM:"));
 }

@@ -19,12 +19,19 @@ impl BackendName {
     /// The backends of this build.
     pub fn compiled_in() -> &'static [BackendName] {
         static COMPILED: OnceLock<Vec<BackendName>> = OnceLock::new();
-        COMPILED.get_or_init(|| decider_ops::backend_list::compiled_backends().into_iter().map(|(name, about)| BackendName { name, about }).collect())
+        COMPILED.get_or_init(|| {
+            decider_ops::backend_list::compiled_backends()
+                .into_iter()
+                .map(|(name, about)| BackendName { name, about })
+                .collect()
+        })
     }
 
     /// The default `--backend`: the first one compiled in.
     pub fn default_name() -> BackendName {
-        *Self::compiled_in().first().expect("this build has no backend: enable one of decider-ops' backend features (ndarray, candle, wgpu)")
+        *Self::compiled_in()
+            .first()
+            .expect("this build has no backend: enable one of decider-ops' backend features (ndarray, candle, wgpu)")
     }
 }
 

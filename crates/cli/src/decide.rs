@@ -4,8 +4,8 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use decider::SystemOneRequest;
-use qwen35::Qwen35Ops;
 use decider::python_json::{Json, JsonMap, loads};
+use qwen35::Qwen35Ops;
 
 use decider_cli::backend::{BackendName, GenericTask};
 use decider_cli::model_source::{ModelSource, WeightsArg};
@@ -55,7 +55,8 @@ impl DecideArgs {
                 Some((id, json)) if !id.trim_start().starts_with('{') => (id.to_string(), json),
                 _ => (format!("q{}", i + 1), arg.as_str()),
             };
-            let question = loads(json.as_bytes()).with_context(|| format!("--question {id}: not valid JSON: {json}"))?;
+            let question =
+                loads(json.as_bytes()).with_context(|| format!("--question {id}: not valid JSON: {json}"))?;
             if questions.insert(id.clone(), question).is_some() {
                 bail!("--question: the id {id} is given twice");
             }

@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use burn::tensor::{Int, Tensor, TensorData};
-use qwen35::Qwen35Ops;
 use npyz::WriterBuilder;
+use qwen35::Qwen35Ops;
 
 use decider_cli::backend::{BackendName, GenericTask};
 use decider_cli::model_source::{ModelSource, WeightsArg};
@@ -48,7 +48,12 @@ impl GenericTask for &ForwardArgs {
         if let Some(first) = values.iter().position(|x| !x.is_finite()) {
             let count = values.iter().filter(|x| !x.is_finite()).count();
             let vocab = config.vocab_size;
-            bail!("{count} of {} logits are NaN or infinite (the first at token {}, column {}): the weights or the backend are broken; nothing written", values.len(), first / vocab, first % vocab);
+            bail!(
+                "{count} of {} logits are NaN or infinite (the first at token {}, column {}): the weights or the backend are broken; nothing written",
+                values.len(),
+                first / vocab,
+                first % vocab
+            );
         }
 
         let file = std::fs::File::create(&self.out).with_context(|| format!("creating {}", self.out.display()))?;

@@ -94,7 +94,8 @@ impl ModelSource {
             Self::Hub(id) => hub::download(id, false)?,
         };
         check_folder(&dir, &[Part::Tokenizer])?;
-        Prompter::from_dir(&dir).with_context(|| format!("reading the tokenizer and decider_config.json in {}", dir.display()))
+        Prompter::from_dir(&dir)
+            .with_context(|| format!("reading the tokenizer and decider_config.json in {}", dir.display()))
     }
 
     /// The whole model on backend `B`, its projections and experts in `weights`.
@@ -106,11 +107,16 @@ impl ModelSource {
                 return Ok(Decider::build(|| Ok(Prompter::demo()), network, device, self.to_string())?);
             }
         };
-        Decider::load_with_weights(&dir, weights, device).with_context(|| format!("loading the model in {}", dir.display()))
+        Decider::load_with_weights(&dir, weights, device)
+            .with_context(|| format!("loading the model in {}", dir.display()))
     }
 
     /// The network alone (no tokenizer or decider config), for `decider forward`.
-    pub fn network<B: Qwen35Ops>(&self, weights: WeightFormat, device: &B::Device) -> anyhow::Result<(Qwen35Config, Qwen35Model<B>)> {
+    pub fn network<B: Qwen35Ops>(
+        &self,
+        weights: WeightFormat,
+        device: &B::Device,
+    ) -> anyhow::Result<(Qwen35Config, Qwen35Model<B>)> {
         let dir = match self.weights()? {
             Weights::Folder(dir) => check_folder(&dir, &[Part::Network]).map(|()| dir)?,
             Weights::Random(config) => {
@@ -118,7 +124,8 @@ impl ModelSource {
                 return Ok((config, model));
             }
         };
-        qwen35::load_model_with_weights(&dir, weights, device).with_context(|| format!("loading the model in {}", dir.display()))
+        qwen35::load_model_with_weights(&dir, weights, device)
+            .with_context(|| format!("loading the model in {}", dir.display()))
     }
 
     /// The model folder (downloaded for a Hub id); `demo` and `random:CONFIG` have none.
@@ -133,7 +140,9 @@ impl ModelSource {
     fn weights(&self) -> anyhow::Result<Weights> {
         Ok(match self {
             Self::Demo => Weights::Random(demo::demo_config()),
-            Self::Random(path) => Weights::Random(Qwen35Config::from_file(path).with_context(|| format!("reading {}", path.display()))?),
+            Self::Random(path) => {
+                Weights::Random(Qwen35Config::from_file(path).with_context(|| format!("reading {}", path.display()))?)
+            }
             Self::Folder(dir) => Weights::Folder(dir.clone()),
             Self::Hub(id) => Weights::Folder(hub::download(id, true)?),
         })
@@ -173,7 +182,9 @@ fn check_folder(dir: &Path, parts: &[Part]) -> anyhow::Result<()> {
     match missing.as_slice() {
         [] => Ok(()),
         [one] => anyhow::bail!("{} is not a model folder: it has no {one}", dir.display()),
-        [first @ .., last] => anyhow::bail!("{} is not a model folder: it has no {} nor {last}", dir.display(), first.join(", ")),
+        [first @ .., last] => {
+            anyhow::bail!("{} is not a model folder: it has no {} nor {last}", dir.display(), first.join(", "))
+        }
     }
 }
 
@@ -193,7 +204,8 @@ mod hub {
 
     /// The snapshot folder of `id` with its tokenizer and configs, and the weights if asked.
     pub fn download(id: &str, weights: bool) -> anyhow::Result<PathBuf> {
-        let failed = || format!("downloading {id} from the Hugging Face Hub (offline? download the folder and pass its path)");
+        let failed =
+            || format!("downloading {id} from the Hugging Face Hub (offline? download the folder and pass its path)");
         let repo = Api::new().with_context(failed)?.model(id.to_string());
         let config = repo.get("config.json").with_context(failed)?;
         repo.get("tokenizer.json").with_context(failed)?;
@@ -203,7 +215,12 @@ mod hub {
             match repo.get("model.safetensors.index.json") {
                 Ok(index) => {
                     let index: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&index)?)?;
-                    let mut shards: Vec<&str> = index["weight_map"].as_object().context("weight_map in the index")?.values().filter_map(|v| v.as_str()).collect();
+                    let mut shards: Vec<&str> = index["weight_map"]
+                        .as_object()
+                        .context("weight_map in the index")?
+                        .values()
+                        .filter_map(|v| v.as_str())
+                        .collect();
                     shards.sort_unstable();
                     shards.dedup();
                     for shard in shards {
@@ -222,6 +239,8 @@ mod hub {
 #[cfg(not(feature = "hub"))]
 mod hub {
     pub fn download(id: &str, _weights: bool) -> anyhow::Result<std::path::PathBuf> {
-        anyhow::bail!("{id} looks like a Hub id, but this build has no Hub support (feature `hub`); download the folder and pass its path")
+        anyhow::bail!(
+            "{id} looks like a Hub id, but this build has no Hub support (feature `hub`); download the folder and pass its path"
+        )
     }
 }

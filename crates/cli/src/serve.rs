@@ -17,9 +17,9 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
+use decider::python_json::Json;
 use decider::{AnswerType, DeciderError, FormAnswers, Prompter, Row, WorkingMemory};
 use qwen35::Qwen35Ops;
-use decider::python_json::Json;
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
 
@@ -81,7 +81,8 @@ pub fn serve<B: Qwen35Ops>(
     let stats = Arc::new(Stats::default());
     let model_stats = stats.clone();
     let (loaded_tx, loaded) = mpsc::channel();
-    let (model, weights, temperature) = (args.model.clone(), args.weights.format_for::<B>(&args.model, device)?, args.temperature);
+    let (model, weights, temperature) =
+        (args.model.clone(), args.weights.format_for::<B>(&args.model, device)?, args.temperature);
     let device = device.clone();
     // The model thread owns the model: it loads it, then answers jobs until the server
     // drops its sender.
@@ -94,7 +95,12 @@ pub fn serve<B: Qwen35Ops>(
             Ok(decider) => decider,
             Err(e) => return loaded_tx.send(Err(e)).unwrap_or(()),
         };
-        let _ = loaded_tx.send(Ok((decider.prompter().clone(), decider.working_memory(), decider.source().to_string(), device_label(&format!("{device:?}")))));
+        let _ = loaded_tx.send(Ok((
+            decider.prompter().clone(),
+            decider.working_memory(),
+            decider.source().to_string(),
+            device_label(&format!("{device:?}")),
+        )));
         queue::answer_jobs(&decider, inbox, &model_budget, &model_stats);
     })?;
     let (prompter, working, source, device) = loaded.recv().context("the model thread stopped")??;
@@ -112,7 +118,17 @@ pub fn serve<B: Qwen35Ops>(
         write: Duration::from_secs(args.write_timeout),
         shutdown: Duration::from_secs(args.shutdown_timeout),
     };
-    let state = Arc::new(AppState { prompter, jobs, backlog: Backlog::default(), memory: budget, working, limits, source, device, stats });
+    let state = Arc::new(AppState {
+        prompter,
+        jobs,
+        backlog: Backlog::default(),
+        memory: budget,
+        working,
+        limits,
+        source,
+        device,
+        stats,
+    });
     let app = Router::new()
         .route("/v1/systemone", post(systemone))
         .route("/decide", post(decide))
@@ -128,7 +144,8 @@ pub fn serve<B: Qwen35Ops>(
         // line tells anyone the server is there (a SIGTERM before them would kill it outright).
         let mut shutdown = Box::pin(shutdown);
         let _ = shutdown.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
-        let listener = tokio::net::TcpListener::bind(&args.addr).await.with_context(|| format!("binding {}", args.addr))?;
+        let listener =
+            tokio::net::TcpListener::bind(&args.addr).await.with_context(|| format!("binding {}", args.addr))?;
         ready(&state.prompter.config.model_name, listener.local_addr()?);
         let refusals = state.clone();
         let malformed: listener::Malformed = Arc::new(move |status, e| {
@@ -186,7 +203,9 @@ impl AppState {
     fn admit(&self, rows: usize) -> Result<queue::Admission, ApiError> {
         let limit = self.limits.max_queue_rows;
         self.backlog.admit(rows, limit).map_err(|queued| {
-            let message = format!("server busy: {queued} rows queued, the limit is {limit} (DECIDER_MAX_QUEUE_ROWS); retry later");
+            let message = format!(
+                "server busy: {queued} rows queued, the limit is {limit} (DECIDER_MAX_QUEUE_ROWS); retry later"
+            );
             self.refused(&self.stats.rejected_overloaded, ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message))
         })
     }
@@ -222,11 +241,17 @@ impl AppState {
         job: impl FnOnce(oneshot::Sender<Result<T, DeciderError>>) -> Work,
     ) -> Result<T, ApiError> {
         let mut memory = self.memory.reservation();
-        let what = format!("the plan of its rows and questions ({} MiB) with the model's working memory for them ({} MiB)", memory::mib(plan_bytes), memory::mib(working));
+        let what = format!(
+            "the plan of its rows and questions ({} MiB) with the model's working memory for them ({} MiB)",
+            memory::mib(plan_bytes),
+            memory::mib(working)
+        );
         memory.grow(plan_bytes.saturating_add(working), &what).map_err(|e| self.refused_by_status(e))?;
         let admission = self.admit(rows)?;
         let (reply, answer) = oneshot::channel();
-        self.jobs.send(Job { work: job(reply), admission, memory, working }).map_err(|_| internal("the model thread has stopped"))?;
+        self.jobs
+            .send(Job { work: job(reply), admission, memory, working })
+            .map_err(|_| internal("the model thread has stopped"))?;
         let answer = answer.await.map_err(|_| model_failed()).and_then(|r| r.map_err(internal));
         let answer = answer.map_err(|e| self.refused(&self.stats.errors, e))?;
         self.stats.answered(questions);
@@ -276,10 +301,17 @@ async fn systemone(
 }
 
 /// `reservation` holds the body's memory until the request is planned.
-async fn answer_systemone(state: &Arc<AppState>, body: Json, reservation: Reservation) -> Result<decider::SystemOneResponse, ApiError> {
+async fn answer_systemone(
+    state: &Arc<AppState>,
+    body: Json,
+    reservation: Reservation,
+) -> Result<decider::SystemOneResponse, ApiError> {
     let (request, has_assets) = systemone_request(body, state.limits.max_state_tokens)?;
     if has_assets {
-        return Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "this server was started without image support (DECIDER_IMAGES=1)"));
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "this server was started without image support (DECIDER_IMAGES=1)",
+        ));
     }
     let plan = state.plan(reservation, move |prompter| prompter.plan(&request)).await?;
     state.check_size(&plan.rows.iter().map(|r| r.ids.len()).collect::<Vec<_>>())?;
@@ -287,7 +319,10 @@ async fn answer_systemone(state: &Arc<AppState>, body: Json, reservation: Reserv
     state.answer(rows, sizes, questions, |reply| Work::SystemOne(plan, reply)).await
 }
 
-async fn decide(State(state): State<Arc<AppState>>, JsonBody(body, reservation): JsonBody) -> Result<axum::Json<FormAnswers>, ApiError> {
+async fn decide(
+    State(state): State<Arc<AppState>>,
+    JsonBody(body, reservation): JsonBody,
+) -> Result<axum::Json<FormAnswers>, ApiError> {
     let watch = state.watch_client();
     let answers = answer_decide(&state, body, reservation).await;
     watch.finished();
@@ -299,8 +334,22 @@ async fn answer_decide(state: &Arc<AppState>, body: Json, reservation: Reservati
     let Json::Dict(mut fields) = body else { return Err(request::not_an_object(&body)) };
     let context = match fields.get_mut("context") {
         Some(Json::Str(c)) => std::mem::take(c),
-        Some(other) => return Err(invalid_fields(vec![field_error("string_type", &[json!("context")], "Input should be a valid string", other)])),
-        None => return Err(invalid_fields(vec![field_error("missing", &[json!("context")], "Field required", &Json::Dict(fields))])),
+        Some(other) => {
+            return Err(invalid_fields(vec![field_error(
+                "string_type",
+                &[json!("context")],
+                "Input should be a valid string",
+                other,
+            )]));
+        }
+        None => {
+            return Err(invalid_fields(vec![field_error(
+                "missing",
+                &[json!("context")],
+                "Field required",
+                &Json::Dict(fields),
+            )]));
+        }
     };
     let schema = fields.get_mut("schema").map(Json::take).unwrap_or(Json::Null);
     drop(fields);

@@ -12,14 +12,26 @@ fn decider(args: &[&str]) -> (bool, String, String) {
 #[test]
 fn prompt_prints_the_reference_rows() {
     // The first reference case of tests/fixtures/prompts (decider-ai 1.10.0's own rows).
-    let fixture: Value = serde_json::from_str(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/prompts/prompts.json")).unwrap()).unwrap();
+    let fixture: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/prompts/prompts.json"))
+            .unwrap(),
+    )
+    .unwrap();
     // A case without Score questions: the demo config's isolated levels do not change it.
-    let case = fixture["cases"].as_array().unwrap().iter().find(|c| c["name"] == "options_255_packed_with_noul").cloned().expect("fixture case");
-    let body = json!({"state": case["state"], "questions": case["questions"], "independent": case["independent"]}).to_string();
+    let case = fixture["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "options_255_packed_with_noul")
+        .cloned()
+        .expect("fixture case");
+    let body =
+        json!({"state": case["state"], "questions": case["questions"], "independent": case["independent"]}).to_string();
     let dir = tempfile::tempdir().unwrap();
     let request = dir.path().join("request.json");
     std::fs::write(&request, &body).unwrap();
-    let expected: Vec<Value> = case["rows"].as_array().unwrap().iter().map(|r| json!({"ids": r["ids"], "slots": r["slots"]})).collect();
+    let expected: Vec<Value> =
+        case["rows"].as_array().unwrap().iter().map(|r| json!({"ids": r["ids"], "slots": r["slots"]})).collect();
     // The request from a file (@FILE, as `decide` takes its state, or FILE) or inline.
     for argument in [format!("@{}", request.display()), request.display().to_string(), body] {
         let (ok, stdout, stderr) = decider(&["prompt", "--model", "demo", "--request", &argument]);
@@ -37,13 +49,30 @@ fn prompt_prints_the_reference_rows() {
 /// (`/v1/systemone`, which never does): decider-ai's own rows for both, from the fixtures.
 #[test]
 fn prompt_prints_the_library_path_and_with_server_the_servers() {
-    let fixture: Value = serde_json::from_str(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/prompts/prompts.json")).unwrap()).unwrap();
-    let case = fixture["paths"].as_array().unwrap().iter().find(|c| c["name"] == "paths_independent" && c["neutralize_none"] == true).cloned().expect("fixture case");
+    let fixture: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/prompts/prompts.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let case = fixture["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "paths_independent" && c["neutralize_none"] == true)
+        .cloned()
+        .expect("fixture case");
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("tokenizer.json"), decider::Tokenizer::test_tokenizer_json()).unwrap();
-    std::fs::write(dir.path().join("decider_config.json"), json!({"version": "t", "neutralize_none": true}).to_string()).unwrap();
-    let body = json!({"state": case["state"], "questions": case["questions"], "independent": case["independent"]}).to_string();
-    let rows = |path: &str| -> Value { case[path]["rows"].as_array().unwrap().iter().map(|r| json!({"ids": r["ids"], "slots": r["slots"]})).collect() };
+    std::fs::write(
+        dir.path().join("decider_config.json"),
+        json!({"version": "t", "neutralize_none": true}).to_string(),
+    )
+    .unwrap();
+    let body =
+        json!({"state": case["state"], "questions": case["questions"], "independent": case["independent"]}).to_string();
+    let rows = |path: &str| -> Value {
+        case[path]["rows"].as_array().unwrap().iter().map(|r| json!({"ids": r["ids"], "slots": r["slots"]})).collect()
+    };
     assert_ne!(rows("library"), rows("server"), "the case tells the paths apart");
     let model = dir.path().to_str().unwrap();
     for (flags, path) in [(&[][..], "library"), (&["--server"][..], "server")] {
@@ -57,9 +86,15 @@ fn prompt_prints_the_library_path_and_with_server_the_servers() {
 #[test]
 fn decide_prints_answers_and_labels_random_weights() {
     let (ok, stdout, stderr) = decider(&[
-        "decide", "--model", "demo", "--state", "My card was charged twice.",
-        "--question", r#"team={"type": "choice", "instructions": "Which team?", "criteria": ["billing", "technical"]}"#,
-        "--question", r#"{"type": "noul", "instructions": "Urgent?"}"#,
+        "decide",
+        "--model",
+        "demo",
+        "--state",
+        "My card was charged twice.",
+        "--question",
+        r#"team={"type": "choice", "instructions": "Which team?", "criteria": ["billing", "technical"]}"#,
+        "--question",
+        r#"{"type": "noul", "instructions": "Urgent?"}"#,
     ]);
     assert!(ok, "{stderr}");
     let response: Value = serde_json::from_str(&stdout).unwrap();
@@ -71,24 +106,42 @@ fn decide_prints_answers_and_labels_random_weights() {
 fn bad_arguments_say_what_is_wrong() {
     let (ok, _, stderr) = decider(&["decide", "--model", "demo", "--state", "s", "--question", "{not json"]);
     assert!(!ok && stderr.contains("--question q1: not valid JSON"), "{stderr}");
-    let (ok, _, stderr) = decider(&["decide", "--model", "demo", "--state", "s", "--question", r#"{"type": "choice", "instructions": "x", "criteria": ["a"]}"#]);
+    let (ok, _, stderr) = decider(&[
+        "decide",
+        "--model",
+        "demo",
+        "--state",
+        "s",
+        "--question",
+        r#"{"type": "choice", "instructions": "x", "criteria": ["a"]}"#,
+    ]);
     assert!(!ok && stderr.contains("choice criteria: a map of 2..255 options"), "{stderr}");
     let (ok, _, stderr) = decider(&["info", "--model", "random:/no/such/config.json"]);
-    assert!(!ok && stderr.contains("random: takes a config.json file, and /no/such/config.json is not one"), "{stderr}");
+    assert!(
+        !ok && stderr.contains("random: takes a config.json file, and /no/such/config.json is not one"),
+        "{stderr}"
+    );
     let (ok, _, stderr) = decider(&["info", "--model", "/no/such/folder"]);
     assert!(!ok && stderr.contains("/no/such/folder is not a model folder"), "{stderr}");
     // A folder that is not a model: every file the command needs and misses, named once.
     let empty = tempfile::tempdir().unwrap();
     let folder = empty.path().display().to_string();
     let (ok, _, stderr) = decider(&["info", "--model", &folder]);
-    let all = "it has no config.json, the weights (model.safetensors or model.safetensors.index.json) nor tokenizer.json";
+    let all =
+        "it has no config.json, the weights (model.safetensors or model.safetensors.index.json) nor tokenizer.json";
     assert!(!ok && stderr.contains(&format!("{folder} is not a model folder: {all}")), "{stderr}");
     assert_eq!(stderr.matches("tokenizer.json").count(), 1, "{stderr}");
     let (ok, _, stderr) = decider(&["prompt", "--model", &folder, "--request", r#"{"state": "s", "questions": {}}"#]);
-    assert!(!ok && stderr.contains(&format!("{folder} is not a model folder: it has no tokenizer.json")), "the prompt needs the tokenizer only: {stderr}");
+    assert!(
+        !ok && stderr.contains(&format!("{folder} is not a model folder: it has no tokenizer.json")),
+        "the prompt needs the tokenizer only: {stderr}"
+    );
     std::fs::write(empty.path().join("tokenizer.json"), "{").unwrap();
     let (ok, _, stderr) = decider(&["prompt", "--model", &folder, "--request", r#"{"state": "s", "questions": {}}"#]);
-    assert!(!ok && !stderr.contains("not a model folder") && stderr.contains("tokenizer.json"), "a file that is there but broken is named as such: {stderr}");
+    assert!(
+        !ok && !stderr.contains("not a model folder") && stderr.contains("tokenizer.json"),
+        "a file that is there but broken is named as such: {stderr}"
+    );
     // A Hub id that cannot be fetched (no network here, or no such repository) says which.
     let (ok, _, stderr) = decider(&["info", "--model", "nobody-here/no-such-decider"]);
     assert!(!ok && stderr.contains("downloading nobody-here/no-such-decider from the Hugging Face Hub"), "{stderr}");
@@ -100,7 +153,8 @@ fn bad_arguments_say_what_is_wrong() {
 fn a_random_model_takes_the_widths_of_a_config() {
     let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/moe/hf_layout/config.json");
     let mut config: Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
-    let (layers, hidden) = (config["text_config"]["num_hidden_layers"].clone(), config["text_config"]["hidden_size"].clone());
+    let (layers, hidden) =
+        (config["text_config"]["num_hidden_layers"].clone(), config["text_config"]["hidden_size"].clone());
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("config.json");
     // Its own 256-token vocabulary cannot hold the tokenizer's ids: refused, saying so.
@@ -114,15 +168,21 @@ fn a_random_model_takes_the_widths_of_a_config() {
     let (ok, stdout, stderr) = decider(&["info", "--model", &source]);
     assert!(ok, "{stderr}");
     let info: Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!((&info["layers"], &info["hidden_size"], &info["random_weights"]), (&layers, &hidden, &json!(true)), "{info}");
+    assert_eq!(
+        (&info["layers"], &info["hidden_size"], &info["random_weights"]),
+        (&layers, &hidden, &json!(true)),
+        "{info}"
+    );
     assert_eq!(info["layer_types"][0], "linear_attention + moe");
     assert_eq!(info["source"], source);
     // In both formats (q8: the rounding of the same network, `tests/weight_formats.rs`).
     for weights in ["f32", "q8"] {
         let question = r#"{"type": "noul", "instructions": "Up?"}"#;
-        let (ok, stdout, stderr) = decider(&["decide", "--model", &source, "--weights", weights, "--state", "s", "--question", question]);
+        let (ok, stdout, stderr) =
+            decider(&["decide", "--model", &source, "--weights", weights, "--state", "s", "--question", question]);
         assert!(ok, "{weights}: {stderr}");
-        let noul = serde_json::from_str::<Value>(&stdout).unwrap()["answers"]["q1"]["noul"].as_f64().expect("a noul answer");
+        let noul =
+            serde_json::from_str::<Value>(&stdout).unwrap()["answers"]["q1"]["noul"].as_f64().expect("a noul answer");
         assert!((0.0..=1.0).contains(&noul), "{weights}: {noul}");
     }
     let (ok, stdout, stderr) = decider(&["info", "--model", &source, "--weights", "q8"]);

@@ -100,7 +100,10 @@ fn bad_input_is_reported() {
         (&["--ids", "1,2,256"], "token id 256 is out of range for this model's vocab_size 256"),
         (&["--ids", "1,x"], "invalid value 'x'"),
         (&["--ids", "1", "--backend", "tpu"], "possible values"),
-        (&["--ids", "1", "--weights", "q3"], "unknown weight format `q3` (expected one of: auto, f32, q8, q4, f16, bf16)"),
+        (
+            &["--ids", "1", "--weights", "q3"],
+            "unknown weight format `q3` (expected one of: auto, f32, q8, q4, f16, bf16)",
+        ),
     ];
     for (args, message) in cases {
         let output = decider()
@@ -115,7 +118,8 @@ fn bad_input_is_reported() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains(message), "{args:?}: {stderr}");
     }
-    let output = decider().args(["forward", "--model", "/no/such/model", "--ids", "1", "--out"]).arg(&out).output().unwrap();
+    let output =
+        decider().args(["forward", "--model", "/no/such/model", "--ids", "1", "--out"]).arg(&out).output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("/no/such/model is not a model folder"), "{stderr}");
 }
@@ -134,7 +138,13 @@ fn logits_that_overflow_exit_non_zero_and_write_nothing() {
     });
 
     let out = dir.path().join("logits.npy");
-    let output = decider().args(["forward", "--model"]).arg(dir.path()).args(["--ids", "1,2,3", "--out"]).arg(&out).output().unwrap();
+    let output = decider()
+        .args(["forward", "--model"])
+        .arg(dir.path())
+        .args(["--ids", "1,2,3", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "exit status {}", output.status);
     assert!(stderr.contains("logits are NaN or infinite"), "{stderr}");
@@ -147,7 +157,11 @@ fn forward_runs_the_demo_model_as_the_library_builds_it() {
     use burn::tensor::{Int, Tensor, TensorData};
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("logits.npy");
-    let output = decider().args(["forward", "--model", "demo", "--ids", "1,2,3", "--backend", "ndarray", "--out"]).arg(&out).output().unwrap();
+    let output = decider()
+        .args(["forward", "--model", "demo", "--ids", "1,2,3", "--backend", "ndarray", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let bytes = std::fs::read(&out).unwrap();
     let npy = npyz::NpyFile::new(&bytes[..]).unwrap();
@@ -168,14 +182,32 @@ fn quantize_writes_a_folder_that_loads_like_quantizing_at_load() {
     let dir = tempfile::tempdir().unwrap();
     let quantized = dir.path().join("q8");
     let quantize = |to: &str, out: &std::path::Path| {
-        decider().args(["quantize", "--model"]).arg(fixture_path("moe/save_pretrained")).args(["--to", to, "--out"]).arg(out).output().unwrap()
+        decider()
+            .args(["quantize", "--model"])
+            .arg(fixture_path("moe/save_pretrained"))
+            .args(["--to", to, "--out"])
+            .arg(out)
+            .output()
+            .unwrap()
     };
     let output = quantize("q8", &quantized);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    assert!(String::from_utf8_lossy(&output.stdout).contains("tensors in q8"), "{}", String::from_utf8_lossy(&output.stdout));
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("tensors in q8"),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
     let logits = |model: &std::path::Path, weights: &[&str], name: &str| -> Vec<f32> {
         let out = dir.path().join(format!("{name}.npy"));
-        let output = decider().args(["forward", "--model"]).arg(model).args(["--ids", "1,2,3,4,5,6,7"]).args(weights).arg("--out").arg(&out).output().unwrap();
+        let output = decider()
+            .args(["forward", "--model"])
+            .arg(model)
+            .args(["--ids", "1,2,3,4,5,6,7"])
+            .args(weights)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
         assert!(output.status.success(), "{name}: {}", String::from_utf8_lossy(&output.stderr));
         npyz::NpyFile::new(&std::fs::read(&out).unwrap()[..]).unwrap().into_vec().unwrap()
     };
@@ -197,7 +229,9 @@ fn quantize_writes_a_folder_that_loads_like_quantizing_at_load() {
     assert!(quantize("f16", &f16).status.success());
     let at_load = logits(&fixture_path("moe/save_pretrained"), &["--weights", "f16"], "f16-at-load");
     assert_eq!(logits(&f16, &[], "f16-auto"), at_load);
-    for (to, out, message) in [("f32", dir.path().join("f32"), "f32 keeps the checkpoint"), ("q8", quantized.clone(), "is not empty")] {
+    for (to, out, message) in
+        [("f32", dir.path().join("f32"), "f32 keeps the checkpoint"), ("q8", quantized.clone(), "is not empty")]
+    {
         let output = quantize(to, &out);
         assert!(!output.status.success(), "{to}");
         let stderr = String::from_utf8_lossy(&output.stderr);

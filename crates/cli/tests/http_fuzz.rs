@@ -26,8 +26,8 @@ const DOCUMENTED: [u16; 8] = [200, 400, 404, 405, 408, 413, 422, 503];
 /// A `/v1/systemone` body: the two fields, sometimes missing, and the optional ones with any value.
 fn systemone_body() -> impl Strategy<Value = Value> {
     let questions = prop_oneof![1 => questions(), 2 => valid_questions()];
-    (json_value(), questions, proptest::option::of(json_value()), proptest::option::of(json_value()), any::<u8>()).prop_map(
-        |(state, questions, independent, assets, drop)| {
+    (json_value(), questions, proptest::option::of(json_value()), proptest::option::of(json_value()), any::<u8>())
+        .prop_map(|(state, questions, independent, assets, drop)| {
             let mut body = json!({"state": state, "questions": questions});
             match drop % 8 {
                 0 => body.as_object_mut().unwrap().remove("state"),
@@ -37,13 +37,15 @@ fn systemone_body() -> impl Strategy<Value = Value> {
                 _ => None,
             };
             body
-        },
-    )
+        })
 }
 
 /// A `/decide` body.
 fn decide_body() -> impl Strategy<Value = Value> {
-    (prop_oneof![text().prop_map(Value::from), json_value()], prop_oneof![questions().prop_map(Value::Object), json_value()])
+    (
+        prop_oneof![text().prop_map(Value::from), json_value()],
+        prop_oneof![questions().prop_map(Value::Object), json_value()],
+    )
         .prop_map(|(context, schema)| json!({"context": context, "schema": schema}))
 }
 
@@ -52,8 +54,17 @@ fn decide_body() -> impl Strategy<Value = Value> {
 fn body() -> impl Strategy<Value = Vec<u8>> {
     let shaped = prop_oneof![systemone_body(), decide_body(), json_value()].prop_map(|v| v.to_string().into_bytes());
     let edges = proptest::sample::select(vec![
-        "", "NaN", "Infinity", "-Infinity", "-0", "1e999999", "123456789012345678901234567890", "\u{feff}{}", "{\"state\": 1e400, \"questions\": {}}",
-        "{\"state\": \"s\", \"questions\": {\"q\": {\"type\": \"noul\", \"instructions\": \"\\ud800\"}}}", "{\"state\": \"s\", \"state\": 1, \"questions\": {}}",
+        "",
+        "NaN",
+        "Infinity",
+        "-Infinity",
+        "-0",
+        "1e999999",
+        "123456789012345678901234567890",
+        "\u{feff}{}",
+        "{\"state\": 1e400, \"questions\": {}}",
+        "{\"state\": \"s\", \"questions\": {\"q\": {\"type\": \"noul\", \"instructions\": \"\\ud800\"}}}",
+        "{\"state\": \"s\", \"state\": 1, \"questions\": {}}",
     ])
     .prop_map(|s| s.as_bytes().to_vec());
     prop_oneof![
@@ -68,7 +79,18 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
 /// A request: method, path, content type and body. Most bodies have their route's shape.
 fn request() -> impl Strategy<Value = (&'static str, &'static str, Option<&'static str>, Vec<u8>)> {
     let method = prop_oneof![8 => Just("POST"), 1 => Just("GET"), 1 => proptest::sample::select(vec!["PUT", "DELETE", "PATCH", "OPTIONS"])];
-    let any_path = proptest::sample::select(vec!["/v1/systemone", "/decide", "/health", "/stats", "/v1/models", "/", "/v1/systemone/", "/v2/systemone", "/decide?x=1", "/%ff"]);
+    let any_path = proptest::sample::select(vec![
+        "/v1/systemone",
+        "/decide",
+        "/health",
+        "/stats",
+        "/v1/models",
+        "/",
+        "/v1/systemone/",
+        "/v2/systemone",
+        "/decide?x=1",
+        "/%ff",
+    ]);
     let routed = prop_oneof![
         4 => systemone_body().prop_map(|b| ("/v1/systemone", b.to_string().into_bytes())),
         2 => decide_body().prop_map(|b| ("/decide", b.to_string().into_bytes())),
@@ -81,8 +103,12 @@ fn request() -> impl Strategy<Value = (&'static str, &'static str, Option<&'stat
 /// Clients that misbehave until `stop`: half a head, a whole request then hanging up, a body
 /// sent slowly and abandoned.
 fn misbehave(address: &str, stop: &AtomicBool) -> usize {
-    let body = json!({"state": "word ".repeat(200), "questions": {"q": {"type": "noul", "instructions": "Long?"}}}).to_string();
-    let whole = format!("POST /v1/systemone HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}", body.len());
+    let body = json!({"state": "word ".repeat(200), "questions": {"q": {"type": "noul", "instructions": "Long?"}}})
+        .to_string();
+    let whole = format!(
+        "POST /v1/systemone HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
     let mut sent = 0;
     while !stop.load(Ordering::Relaxed) {
         let Ok(mut stream) = std::net::TcpStream::connect(address) else {
@@ -131,7 +157,11 @@ fn generated_requests_get_documented_answers_and_the_server_lives_on() {
                 call = call.set("content-type", content_type);
             }
             let (status, response) = read(if method == "GET" { call.call() } else { call.send_bytes(&body) });
-            prop_assert!(DOCUMENTED.contains(&status), "{method} {path} {:?} -> {status} {response}", String::from_utf8_lossy(&body));
+            prop_assert!(
+                DOCUMENTED.contains(&status),
+                "{method} {path} {:?} -> {status} {response}",
+                String::from_utf8_lossy(&body)
+            );
             *statuses.lock().unwrap().entry(status).or_default() += 1;
             Ok(())
         });
@@ -143,7 +173,10 @@ fn generated_requests_get_documented_answers_and_the_server_lives_on() {
         (statuses.into_inner().unwrap(), misbehaved)
     });
     println!("{cases} generated requests, by status: {answered:?}; {misbehaved} misbehaving connections beside them");
-    assert!(answered.get(&200).is_some_and(|&n| n > cases as usize / 20), "the generators reach the model: {answered:?}");
+    assert!(
+        answered.get(&200).is_some_and(|&n| n > cases as usize / 20),
+        "the generators reach the model: {answered:?}"
+    );
 
     let (status, after) = server.post("/v1/systemone", &known);
     assert_eq!((status, &after), (200, &before), "the server answers as before");

@@ -51,9 +51,18 @@ fn systemone_answers_equal_the_library_and_have_the_wire_format() {
 #[test]
 fn invalid_questions_get_422_with_the_reference_message() {
     let cases = [
-        (json!({"q": {"type": "choice", "instructions": "Pick", "criteria": (0..256).map(|i| format!("o{i}")).collect::<Vec<_>>()}}), "choice criteria: a map of 2..255 options"),
-        (json!({"q": {"type": "score", "instructions": "How?", "criteria": ["only"]}}), "score criteria: an ordered list of 2..10 level descriptions"),
-        (json!({"q": {"type": "noul", "criteria": {}}}), "noul question without instructions: criteria must describe true or false"),
+        (
+            json!({"q": {"type": "choice", "instructions": "Pick", "criteria": (0..256).map(|i| format!("o{i}")).collect::<Vec<_>>()}}),
+            "choice criteria: a map of 2..255 options",
+        ),
+        (
+            json!({"q": {"type": "score", "instructions": "How?", "criteria": ["only"]}}),
+            "score criteria: an ordered list of 2..10 level descriptions",
+        ),
+        (
+            json!({"q": {"type": "noul", "criteria": {}}}),
+            "noul question without instructions: criteria must describe true or false",
+        ),
         (json!({"q": {"type": "x", "instructions": "?"}}), "unknown question type 'x'"),
         (json!({"q": {"type": "choice", "criteria": ["a", "b"]}}), "question without instructions"),
         (json!({"q": "not an object"}), "question \"q\" must be an object"),
@@ -70,15 +79,24 @@ fn invalid_questions_get_422_with_the_reference_message() {
 /// rendering sent as a text state (tests/fixtures/json/loads.json has both, from Python's `json`).
 #[test]
 fn a_state_is_rendered_with_pythons_json_numbers() {
-    let record: Value = serde_json::from_str(&std::fs::read_to_string(integration_tests::fixture_path("json/loads.json")).unwrap()).unwrap();
-    let case = record["cases"].as_array().unwrap().iter().find(|c| c["text"].as_str().is_some_and(|t| t.contains("NaN") && t.contains("neg0"))).unwrap();
+    let record: Value =
+        serde_json::from_str(&std::fs::read_to_string(integration_tests::fixture_path("json/loads.json")).unwrap())
+            .unwrap();
+    let case = record["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["text"].as_str().is_some_and(|t| t.contains("NaN") && t.contains("neg0")))
+        .unwrap();
     let (state, rendered) = (case["text"].as_str().unwrap(), case["dumps"].as_str().unwrap());
     assert!(rendered.contains("123456789012345678901234567890") && rendered.contains("\"neg0\": 0,"), "{rendered}");
     let questions = json!({"fits": {"type": "noul", "instructions": "Is the record complete?"}});
     let server = server();
-    let (status, as_sent) = server.post("/v1/systemone", &format!("{{\"state\": {state}, \"questions\": {questions}}}"));
+    let (status, as_sent) =
+        server.post("/v1/systemone", &format!("{{\"state\": {state}, \"questions\": {questions}}}"));
     assert_eq!(status, 200, "{as_sent}");
-    let (_, as_rendered) = server.post("/v1/systemone", &json!({"state": rendered, "questions": questions}).to_string());
+    let (_, as_rendered) =
+        server.post("/v1/systemone", &json!({"state": rendered, "questions": questions}).to_string());
     assert_eq!(as_sent, as_rendered);
 }
 
@@ -87,13 +105,17 @@ fn malformed_bodies_get_the_reference_fastapi_422() {
     // tests/fixtures/http/errors.json: FastAPI's answers to each body (Python's `json.loads`
     // messages and offsets included), recorded by tests/fixtures/http/generate.py.
     let server = server();
-    let cases: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(integration_tests::fixture_path("http/errors.json")).unwrap()).unwrap();
+    let cases: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(integration_tests::fixture_path("http/errors.json")).unwrap())
+            .unwrap();
     assert!(cases.len() >= 46);
     for case in &cases {
         let path = case["path"].as_str().unwrap();
         let body = match (case["body"].as_str(), case["body_hex"].as_str()) {
             (Some(text), _) => text.as_bytes().to_vec(),
-            (None, Some(hex)) => (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect(),
+            (None, Some(hex)) => {
+                (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect()
+            }
             _ => panic!("a case has a body: {case}"),
         };
         let mut request = ureq::post(&format!("{}{path}", server.base));
@@ -106,11 +128,24 @@ fn malformed_bodies_get_the_reference_fastapi_422() {
     }
     // A long refused body is not echoed back whole (its reply would be six times its size).
     let controls = "\u{1}".repeat(1_000_000);
-    let (status, response) = read(ureq::post(&format!("{}/v1/systemone", server.base)).set("content-type", "text/plain").send_string(&controls));
-    assert_eq!((status, &response["detail"][0]["input"]), (422, &json!("(more than 65536 bytes of JSON, not echoed)")), "{response}");
+    let (status, response) = read(
+        ureq::post(&format!("{}/v1/systemone", server.base)).set("content-type", "text/plain").send_string(&controls),
+    );
+    assert_eq!(
+        (status, &response["detail"][0]["input"]),
+        (422, &json!("(more than 65536 bytes of JSON, not echoed)")),
+        "{response}"
+    );
     // pydantic reads "yes" as true; no questions answer nothing.
-    let (status, response) = server.post("/v1/systemone", "{\"state\": \"s\", \"questions\": {}, \"independent\": \"yes\"}");
-    assert_eq!((status, response), (200, json!({"model": "decider-demo-random-weights", "answers": {}, "usage": {"input_tokens": 0, "output_tokens": 0}})));
+    let (status, response) =
+        server.post("/v1/systemone", "{\"state\": \"s\", \"questions\": {}, \"independent\": \"yes\"}");
+    assert_eq!(
+        (status, response),
+        (
+            200,
+            json!({"model": "decider-demo-random-weights", "answers": {}, "usage": {"input_tokens": 0, "output_tokens": 0}})
+        )
+    );
 }
 
 #[test]
@@ -118,7 +153,10 @@ fn health_models_and_decide_routes() {
     let server = server();
     let (status, health) = server.get("/health");
     assert_eq!(status, 200);
-    assert_eq!((health["ok"].as_bool(), health["model"].as_str(), health["layout"].as_str()), (Some(true), Some("demo"), Some("plain")));
+    assert_eq!(
+        (health["ok"].as_bool(), health["model"].as_str(), health["layout"].as_str()),
+        (Some(true), Some("demo"), Some("plain"))
+    );
     assert_eq!(health["temperature_by_type"]["noul"], 1.0);
     assert_eq!(health["device"], "cpu", "spelled as the reference's str(torch.device)");
     let (_, models) = server.get("/v1/models");
@@ -136,18 +174,28 @@ fn health_models_and_decide_routes() {
     assert_eq!(keys("Which team?"), ["choice", "confidence", "type", "probabilities"]);
     assert_eq!(keys("Urgent?"), ["noul", "type"]);
     assert_eq!(keys("How bad?"), ["score", "confidence", "type", "legend", "probabilities"]);
-    assert_eq!((answers["Urgent?"]["type"].as_str(), answers["How bad?"]["type"].as_str()), (Some("noul"), Some("scale")));
+    assert_eq!(
+        (answers["Urgent?"]["type"].as_str(), answers["How bad?"]["type"].as_str()),
+        (Some("noul"), Some("scale"))
+    );
     assert_eq!(answers["How bad?"]["legend"], json!({"1": "mild", "5": "severe"}));
     let score = answers["How bad?"]["score"].as_f64().unwrap();
     assert!((1.0..=5.0).contains(&score), "a scale score is on the legend's own scale: {score}");
     assert_eq!(server.post("/decide", "{\"context\": \"x\", \"schema\": {}}"), (200, json!({})));
-    let (status, error) = server.post("/decide", "{\"context\": \"x\", \"schema\": {\"q\": {\"type\": \"choice\", \"options\": []}}}");
+    let (status, error) =
+        server.post("/decide", "{\"context\": \"x\", \"schema\": {\"q\": {\"type\": \"choice\", \"options\": []}}}");
     assert_eq!(status, 422);
-    assert!(error["detail"].as_str().unwrap().starts_with("schema['q']: \"options\" must be a non-empty list of strings"), "{error}");
+    assert!(
+        error["detail"].as_str().unwrap().starts_with("schema['q']: \"options\" must be a non-empty list of strings"),
+        "{error}"
+    );
 
     // More options than labels: answered over the first 255, as the reference's readout does.
     let options: Vec<String> = (0..300).map(|i| format!("option {i}")).collect();
-    let (status, answers) = server.post("/decide", &json!({"context": "x", "schema": {"Which?": {"type": "choice", "options": options}}}).to_string());
+    let (status, answers) = server.post(
+        "/decide",
+        &json!({"context": "x", "schema": {"Which?": {"type": "choice", "options": options}}}).to_string(),
+    );
     assert_eq!(status, 200, "{answers}");
     let probabilities = answers["Which?"]["probabilities"].as_object().unwrap();
     assert_eq!(probabilities.keys().cloned().collect::<Vec<_>>(), options[..255]);
@@ -160,8 +208,14 @@ fn stats_count_what_the_server_did() {
     let server = Server::start(DECIDER, &["--max-row-tokens", "120"]);
     let (status, stats) = server.get("/stats");
     assert_eq!(status, 200);
-    assert_eq!((stats["requests"].as_u64(), stats["rows"].as_u64(), stats["errors"].as_u64()), (Some(0), Some(0), Some(0)));
-    assert_eq!(stats["limits"], json!({"max_rows": 1024, "max_row_tokens": 120, "max_request_tokens": 1 << 20, "max_queue_rows": 4096}));
+    assert_eq!(
+        (stats["requests"].as_u64(), stats["rows"].as_u64(), stats["errors"].as_u64()),
+        (Some(0), Some(0), Some(0))
+    );
+    assert_eq!(
+        stats["limits"],
+        json!({"max_rows": 1024, "max_row_tokens": 120, "max_request_tokens": 1 << 20, "max_queue_rows": 4096})
+    );
 
     let two = json!({"a": {"type": "noul", "instructions": "A?"}, "b": {"type": "noul", "instructions": "B?"}});
     assert_eq!(server.post("/v1/systemone", &json!({"state": "s", "questions": two}).to_string()).0, 200);
@@ -178,7 +232,10 @@ fn stats_count_what_the_server_did() {
         [2, 2, 3, 3, 1],
         "{stats}"
     );
-    assert_eq!([count("errors"), count("rejected_too_large"), count("rejected_overloaded"), count("outstanding_rows")], [1, 1, 0, 0]);
+    assert_eq!(
+        [count("errors"), count("rejected_too_large"), count("rejected_overloaded"), count("outstanding_rows")],
+        [1, 1, 0, 0]
+    );
     assert_eq!(stats["batch_hist"], json!({"1": 1, "2": 1}));
 
     // A request too malformed to route is answered by the HTTP layer, and counted and logged too.
@@ -196,7 +253,11 @@ fn stats_count_what_the_server_did() {
     let (_, stats) = server.get("/stats");
     assert_eq!(stats["errors"], 3, "{stats}");
     for status in [400, 431] {
-        assert!(server.logged(&format!("decider: refused status={status} detail=\"malformed HTTP request: ")), "{status} logged:\n{}", server.log());
+        assert!(
+            server.logged(&format!("decider: refused status={status} detail=\"malformed HTTP request: ")),
+            "{status} logged:\n{}",
+            server.log()
+        );
     }
 }
 
@@ -204,7 +265,11 @@ fn stats_count_what_the_server_did() {
 fn decider_variables_configure_the_server_and_flags_win() {
     let start = |args: &[&str]| {
         let mut command = Command::new(DECIDER);
-        command.args(["serve", "--addr", "127.0.0.1:0"]).args(args).env("DECIDER_MODEL", "demo").env("DECIDER_TEMPERATURE", "0.5");
+        command
+            .args(["serve", "--addr", "127.0.0.1:0"])
+            .args(args)
+            .env("DECIDER_MODEL", "demo")
+            .env("DECIDER_TEMPERATURE", "0.5");
         Server::spawn(command)
     };
     let from_env = start(&[]);
@@ -235,15 +300,31 @@ fn unknown_routes_and_methods_get_fastapi_json_bodies() {
 
 #[test]
 fn size_limits_give_413_and_a_long_state_is_truncated() {
-    let server = Server::start(DECIDER, &["--max-state-tokens", "64", "--max-row-tokens", "120", "--max-rows", "20", "--max-body-bytes", "100000", "--max-queue-rows", "12"]);
+    let server = Server::start(
+        DECIDER,
+        &[
+            "--max-state-tokens",
+            "64",
+            "--max-row-tokens",
+            "120",
+            "--max-rows",
+            "20",
+            "--max-body-bytes",
+            "100000",
+            "--max-queue-rows",
+            "12",
+        ],
+    );
     let long_state = "word ".repeat(2000);
     let question = json!({"q": {"type": "noul", "instructions": "Is it long?"}});
-    let (status, response) = server.post("/v1/systemone", &json!({"state": long_state, "questions": question}).to_string());
+    let (status, response) =
+        server.post("/v1/systemone", &json!({"state": long_state, "questions": question}).to_string());
     assert_eq!(status, 200, "the state is cut to 64 tokens: {response}");
     assert!(response["usage"]["input_tokens"].as_u64().unwrap() < 120);
 
     let long_question = json!({"q": {"type": "noul", "instructions": "why ".repeat(100)}});
-    let (status, response) = server.post("/v1/systemone", &json!({"state": "s", "questions": long_question}).to_string());
+    let (status, response) =
+        server.post("/v1/systemone", &json!({"state": "s", "questions": long_question}).to_string());
     assert_eq!(status, 413);
     assert!(response["detail"].as_str().unwrap().starts_with("too many tokens: one row has"), "{response}");
 
@@ -251,20 +332,25 @@ fn size_limits_give_413_and_a_long_state_is_truncated() {
         (0..3).map(|i| (format!("s{i}"), json!({"type": "score", "instructions": "How?", "criteria": (0..10).map(|l| format!("level {l}")).collect::<Vec<_>>()}))).collect();
     let (status, response) = server.post("/v1/systemone", &json!({"state": "s", "questions": many}).to_string());
     assert_eq!(status, 413, "30 isolated level rows > 20: {response}");
-    assert!(response["detail"].as_str().unwrap().starts_with("too many questions: the request expands to 30 scoring rows"));
+    assert!(
+        response["detail"].as_str().unwrap().starts_with("too many questions: the request expands to 30 scoring rows")
+    );
 
     // A request the queue could never hold is too large, not a reason to retry (503).
-    let fifteen: serde_json::Map<String, Value> = (0..15).map(|i| (format!("q{i}"), json!({"type": "noul", "instructions": "Yes?"}))).collect();
+    let fifteen: serde_json::Map<String, Value> =
+        (0..15).map(|i| (format!("q{i}"), json!({"type": "noul", "instructions": "Yes?"}))).collect();
     let (status, response) = server.post("/v1/systemone", &json!({"state": "s", "questions": fifteen}).to_string());
     assert_eq!(status, 413, "15 rows, a queue of 12: {response}");
-    assert_eq!(response["detail"], "too many questions: the request expands to 15 scoring rows, more than the queue holds (12, DECIDER_MAX_QUEUE_ROWS)");
+    assert_eq!(
+        response["detail"],
+        "too many questions: the request expands to 15 scoring rows, more than the queue holds (12, DECIDER_MAX_QUEUE_ROWS)"
+    );
 
     // `/decide` is held to the same row limit.
     let schema = json!({"Why?": {"type": "choice", "options": (0..40).map(|i| format!("reason number {i}")).collect::<Vec<_>>()}});
     let (status, response) = server.post("/decide", &json!({"context": "s", "schema": schema}).to_string());
     assert_eq!(status, 413, "{response}");
     assert!(response["detail"].as_str().unwrap().starts_with("too many tokens: one row has"), "{response}");
-
 }
 
 /// The server's peak resident memory in bytes.
@@ -342,28 +428,46 @@ fn bodies_are_parsed_within_the_memory_budget() {
     for (status, response) in &results {
         assert!(*status == 200 || *status == 503, "{status}: {response}");
         if *status == 503 {
-            assert!(response["detail"].as_str().unwrap().starts_with("server busy: requests in flight hold"), "{response}");
+            assert!(
+                response["detail"].as_str().unwrap().starts_with("server busy: requests in flight hold"),
+                "{response}"
+            );
         }
     }
     println!("8 bodies of 4 MB at once: {answered} answered, the rest 503; peak resident grew by {} MiB", growth >> 20);
     assert!((1..8).contains(&answered), "{answered} of 8 answered");
-    assert!(growth < BUDGET_MIB << 20, "peak resident memory grew by {} MiB, the budget is {BUDGET_MIB} MiB", growth >> 20);
+    assert!(
+        growth < BUDGET_MIB << 20,
+        "peak resident memory grew by {} MiB, the budget is {BUDGET_MIB} MiB",
+        growth >> 20
+    );
 
     // A body that could never fit is a 413 that says so; the server lives on.
     let tight = Server::start(DECIDER, &["--max-memory", "64"]);
     let (status, response) = tight.post("/v1/systemone", &body);
     assert_eq!(status, 413, "{response}");
     let detail = response["detail"].as_str().unwrap();
-    assert!(detail.starts_with("request too large for memory: its body and parsed JSON needs") && detail.ends_with("the limit is 64 MiB (--max-memory, DECIDER_MAX_MEMORY)"), "{detail}");
-    let text = json!({"state": "word ".repeat(600_000), "questions": {"q": {"type": "noul", "instructions": "Long?"}}}).to_string();
+    assert!(
+        detail.starts_with("request too large for memory: its body and parsed JSON needs")
+            && detail.ends_with("the limit is 64 MiB (--max-memory, DECIDER_MAX_MEMORY)"),
+        "{detail}"
+    );
+    let text = json!({"state": "word ".repeat(600_000), "questions": {"q": {"type": "noul", "instructions": "Long?"}}})
+        .to_string();
     assert_eq!(tight.post("/v1/systemone", &text).0, 200, "3 MB of text parses to its own size and fits");
     // The same lists in UTF-16, which Python's json.loads reads too, are held to the budget as the
     // text they decode to: the bytes of a "Ģ" (22 01) do not pass for a quote.
     let utf16: Vec<u8> = body.replacen('[', "[\"Ģ\", ", 1).encode_utf16().flat_map(u16::to_le_bytes).collect();
-    let (status, response) = read(ureq::post(&format!("{}/v1/systemone", tight.base)).set("content-type", "application/json").send_bytes(&utf16));
+    let (status, response) = read(
+        ureq::post(&format!("{}/v1/systemone", tight.base)).set("content-type", "application/json").send_bytes(&utf16),
+    );
     assert_eq!(status, 413, "{response}");
     let (_, stats) = tight.get("/stats");
-    assert_eq!((stats["rejected_too_large"].as_u64(), stats["memory_held_bytes"].as_u64()), (Some(2), Some(0)), "{stats}");
+    assert_eq!(
+        (stats["rejected_too_large"].as_u64(), stats["memory_held_bytes"].as_u64()),
+        (Some(2), Some(0)),
+        "{stats}"
+    );
 }
 
 /// A small body can plan to many rows (every question repeats the state): the plan's token ids
@@ -371,8 +475,9 @@ fn bodies_are_parsed_within_the_memory_budget() {
 /// working memory for them, and released after.
 #[test]
 fn queued_rows_and_their_working_memory_are_held_in_the_memory_budget() {
-    let questions: serde_json::Map<String, Value> =
-        (0..100).map(|i| (format!("q{i}"), json!({"type": "noul", "instructions": format!("Is fact {i} true?")}))).collect();
+    let questions: serde_json::Map<String, Value> = (0..100)
+        .map(|i| (format!("q{i}"), json!({"type": "noul", "instructions": format!("Is fact {i} true?")})))
+        .collect();
     let body = json!({"state": "word ".repeat(3000), "questions": questions}).to_string();
     assert!(body.len() < 64 << 10, "a body of {} bytes", body.len());
     // 100 rows of over 3,000 tokens: over 1.2 MB of token ids.
@@ -381,7 +486,10 @@ fn queued_rows_and_their_working_memory_are_held_in_the_memory_budget() {
     assert_eq!(status, 413, "{response}");
     let detail = response["detail"].as_str().unwrap();
     let prefix = "request too large for memory: the plan of its rows and questions (2 MiB) with the model's working memory for them (";
-    assert!(detail.starts_with(prefix) && detail.ends_with("the limit is 1 MiB (--max-memory, DECIDER_MAX_MEMORY)"), "{detail}");
+    assert!(
+        detail.starts_with(prefix) && detail.ends_with("the limit is 1 MiB (--max-memory, DECIDER_MAX_MEMORY)"),
+        "{detail}"
+    );
     let needed: String = detail.split(" needs ").nth(1).unwrap().chars().take_while(char::is_ascii_digit).collect();
     assert_eq!(small.get("/stats").1["memory_held_bytes"], 0);
     drop(small);
@@ -401,15 +509,25 @@ fn queued_rows_and_their_working_memory_are_held_in_the_memory_budget() {
 fn a_request_whose_working_memory_exceeds_the_budget_is_refused_before_it_runs() {
     let server = Server::start(DECIDER, &["--max-memory", "32"]);
     let question = json!({"q": {"type": "noul", "instructions": "Long?"}});
-    let (status, response) = server.post("/v1/systemone", &json!({"state": "word ".repeat(40_000), "questions": question}).to_string());
+    let (status, response) =
+        server.post("/v1/systemone", &json!({"state": "word ".repeat(40_000), "questions": question}).to_string());
     assert_eq!(status, 413, "{response}");
     let detail = response["detail"].as_str().unwrap();
-    assert!(detail.contains("with the model's working memory for them (") && detail.ends_with("the limit is 32 MiB (--max-memory, DECIDER_MAX_MEMORY)"), "{detail}");
+    assert!(
+        detail.contains("with the model's working memory for them (")
+            && detail.ends_with("the limit is 32 MiB (--max-memory, DECIDER_MAX_MEMORY)"),
+        "{detail}"
+    );
     assert!(server.logged("decider: refused status=413 detail="), "logged:\n{}", server.log());
-    let (status, response) = server.post("/v1/systemone", &json!({"state": "word ".repeat(100), "questions": question}).to_string());
+    let (status, response) =
+        server.post("/v1/systemone", &json!({"state": "word ".repeat(100), "questions": question}).to_string());
     assert_eq!(status, 200, "{response}");
     let (_, stats) = server.get("/stats");
-    assert_eq!((stats["rejected_too_large"].as_u64(), stats["memory_held_bytes"].as_u64()), (Some(1), Some(0)), "{stats}");
+    assert_eq!(
+        (stats["rejected_too_large"].as_u64(), stats["memory_held_bytes"].as_u64()),
+        (Some(1), Some(0)),
+        "{stats}"
+    );
 }
 
 #[test]
@@ -422,13 +540,19 @@ fn a_body_over_the_limit_gets_a_413_the_client_can_read() {
     for _ in 0..5 {
         let (status, response) = read(ureq::post(&url).send_string(&oversized));
         assert_eq!(status, 413, "a declared length over --max-body-bytes: {response}");
-        assert!(response["detail"].as_str().unwrap().starts_with("request body too large: the limit is 100000 bytes"), "{response}");
+        assert!(
+            response["detail"].as_str().unwrap().starts_with("request body too large: the limit is 100000 bytes"),
+            "{response}"
+        );
     }
     // Chunked: no length is declared, the limit is found while reading.
     let (status, _) = read(ureq::post(&url).send(std::io::Cursor::new(oversized.clone())));
     assert_eq!(status, 413, "a chunked body over --max-body-bytes");
     // A client waiting for `100 Continue` gets the 413 without sending its body.
-    let response = raw_exchange(&server, "POST /v1/systemone HTTP/1.1\r\nhost: x\r\ncontent-length: 3000000\r\nexpect: 100-continue\r\n\r\n");
+    let response = raw_exchange(
+        &server,
+        "POST /v1/systemone HTTP/1.1\r\nhost: x\r\ncontent-length: 3000000\r\nexpect: 100-continue\r\n\r\n",
+    );
     assert!(response.starts_with("HTTP/1.1 413"), "{response}");
     // The server lives on.
     assert_eq!(server.get("/health").0, 200);
@@ -441,8 +565,12 @@ fn clients_that_leave_free_their_place_and_their_work_is_dropped() {
     // the next client at once.
     const LEAVERS: u64 = 16;
     let server = Server::start(DECIDER, &["--max-queue-rows", "64"]);
-    let body = json!({"state": "word ".repeat(3000), "questions": {"q": {"type": "noul", "instructions": "Long?"}}}).to_string();
-    let request = format!("POST /v1/systemone HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}", body.len());
+    let body = json!({"state": "word ".repeat(3000), "questions": {"q": {"type": "noul", "instructions": "Long?"}}})
+        .to_string();
+    let request = format!(
+        "POST /v1/systemone HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
     let clients: Vec<_> = (0..LEAVERS)
         .map(|_| {
             use std::io::Write;
@@ -454,13 +582,23 @@ fn clients_that_leave_free_their_place_and_their_work_is_dropped() {
     let queued = wait_for_stats(&server, |s| s["outstanding_rows"].as_u64() >= Some(LEAVERS / 2));
     drop(clients);
     let stats = wait_for_stats(&server, |s| {
-        s["abandoned"].as_u64().unwrap() + s["requests"].as_u64().unwrap() == LEAVERS && s["outstanding_rows"].as_u64() == Some(0)
+        s["abandoned"].as_u64().unwrap() + s["requests"].as_u64().unwrap() == LEAVERS
+            && s["outstanding_rows"].as_u64() == Some(0)
     });
     let scored_after = stats["rows"].as_u64().unwrap() - queued["rows"].as_u64().unwrap();
     let runs_after = stats["batches"].as_u64().unwrap() - queued["batches"].as_u64().unwrap();
-    assert!(scored_after < LEAVERS / 2, "most of the queued work was dropped unrun: {scored_after} rows scored; {stats}");
-    assert!(runs_after <= 2, "at most the run under way when the clients left (and one the server began before it saw them go): {runs_after} runs; {stats}");
-    let (status, response) = server.post("/v1/systemone", &json!({"state": "s", "questions": {"q": {"type": "noul", "instructions": "Up?"}}}).to_string());
+    assert!(
+        scored_after < LEAVERS / 2,
+        "most of the queued work was dropped unrun: {scored_after} rows scored; {stats}"
+    );
+    assert!(
+        runs_after <= 2,
+        "at most the run under way when the clients left (and one the server began before it saw them go): {runs_after} runs; {stats}"
+    );
+    let (status, response) = server.post(
+        "/v1/systemone",
+        &json!({"state": "s", "questions": {"q": {"type": "noul", "instructions": "Up?"}}}).to_string(),
+    );
     assert_eq!(status, 200, "{response}");
 }
 
@@ -470,14 +608,17 @@ fn clients_that_leave_free_their_place_and_their_work_is_dropped() {
 fn requests_queued_together_are_scored_together_and_answered_as_alone() {
     let server = server();
     // A long state keeps the model busy while eight one-row requests queue behind it.
-    let long = json!({"state": "word ".repeat(30_000), "questions": {"q": {"type": "noul", "instructions": "Long?"}}}).to_string();
+    let long = json!({"state": "word ".repeat(30_000), "questions": {"q": {"type": "noul", "instructions": "Long?"}}})
+        .to_string();
     let requests: Vec<String> = (0..8)
         .map(|i| {
             let state = json!({"ticket": i, "text": "the printer is jammed again ".repeat(1 + 3 * i)});
             let question = match i % 3 {
                 0 => json!({"type": "noul", "instructions": "Urgent?"}),
                 1 => json!({"type": "choice", "instructions": "Team?", "criteria": ["facilities", "it", "hr"]}),
-                _ => json!({"type": "score", "instructions": "How bad?", "criteria": ["0: fine", "1: bad", "2: awful"]}),
+                _ => {
+                    json!({"type": "score", "instructions": "How bad?", "criteria": ["0: fine", "1: bad", "2: awful"]})
+                }
             };
             json!({"state": state, "questions": {"q": question}, "independent": false}).to_string()
         })
@@ -486,7 +627,8 @@ fn requests_queued_together_are_scored_together_and_answered_as_alone() {
         let busy = scope.spawn(|| server.post("/v1/systemone", &long));
         wait_for_stats(&server, |s| s["outstanding_rows"].as_u64() == Some(1));
         let clients: Vec<_> = requests.iter().map(|body| scope.spawn(|| server.post("/v1/systemone", body))).collect();
-        let queued = wait_for_stats(&server, |s| s["outstanding_rows"].as_u64() == Some(9) || s["requests"].as_u64() > Some(0));
+        let queued =
+            wait_for_stats(&server, |s| s["outstanding_rows"].as_u64() == Some(9) || s["requests"].as_u64() > Some(0));
         assert_eq!(queued["requests"], 0, "the eight queued before the long request was answered: {queued}");
         let answers = clients.into_iter().map(|c| c.join().expect("client")).collect();
         assert_eq!(busy.join().expect("client").0, 200);
@@ -553,7 +695,10 @@ fn idle_and_slow_clients_are_closed_in_time_and_do_not_starve_others() {
     let mut slow = std::net::TcpStream::connect(&address).unwrap();
     slow.write_all(b"POST /v1/systemone HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{\"state\": ").unwrap();
     // Others are answered meanwhile.
-    let (status, _) = server.post("/v1/systemone", &json!({"state": "s", "questions": {"q": {"type": "noul", "instructions": "Up?"}}}).to_string());
+    let (status, _) = server.post(
+        "/v1/systemone",
+        &json!({"state": "s", "questions": {"q": {"type": "noul", "instructions": "Up?"}}}).to_string(),
+    );
     assert_eq!(status, 200);
     // The slow body gets a 408 once its time is up.
     slow.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -569,7 +714,9 @@ fn idle_and_slow_clients_are_closed_in_time_and_do_not_starve_others() {
     for mut stream in idle {
         stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         let read = stream.read(&mut [0u8; 1]);
-        let timed_out = read.as_ref().is_err_and(|e| matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut));
+        let timed_out = read
+            .as_ref()
+            .is_err_and(|e| matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut));
         assert!(!timed_out && !matches!(read, Ok(n) if n > 0), "an idle connection is still open: {read:?}");
     }
     assert!(start.elapsed() < Duration::from_secs(15), "idle connections closed after {:?}", start.elapsed());
@@ -586,7 +733,8 @@ fn a_client_that_stops_reading_its_answers_is_closed_after_the_write_timeout() {
     let (batches, per_batch) = (100, 1000);
     let requests = "GET /health HTTP/1.1\r\nhost: x\r\n\r\n".repeat(per_batch);
     let mut writer = stream.try_clone().unwrap();
-    let writing = std::thread::spawn(move || (0..batches).take_while(|_| writer.write_all(requests.as_bytes()).is_ok()).count());
+    let writing =
+        std::thread::spawn(move || (0..batches).take_while(|_| writer.write_all(requests.as_bytes()).is_ok()).count());
     std::thread::sleep(Duration::from_secs(6));
     // Others are answered meanwhile.
     assert_eq!(server.get("/health").0, 200);
@@ -595,7 +743,8 @@ fn a_client_that_stops_reading_its_answers_is_closed_after_the_write_timeout() {
     stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let mut answers = Vec::new();
     let read = stream.read_to_end(&mut answers);
-    let timed_out = read.as_ref().is_err_and(|e| matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut));
+    let timed_out =
+        read.as_ref().is_err_and(|e| matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut));
     let answered = String::from_utf8_lossy(&answers).matches("HTTP/1.1 200").count();
     assert!(!timed_out, "the connection is still open after {answered} answers: {read:?}");
     assert!(answered < batches * per_batch, "every request was answered");
@@ -642,7 +791,9 @@ fn load(server: &Server, per_client: usize) -> Vec<(u16, Value)> {
         "urgent": {"type": "noul", "instructions": "Urgent?"}}})
     .to_string();
     std::thread::scope(|scope| {
-        let clients: Vec<_> = (0..8).map(|_| scope.spawn(|| (0..per_client).map(|_| server.post("/v1/systemone", &body)).collect::<Vec<_>>())).collect();
+        let clients: Vec<_> = (0..8)
+            .map(|_| scope.spawn(|| (0..per_client).map(|_| server.post("/v1/systemone", &body)).collect::<Vec<_>>()))
+            .collect();
         clients.into_iter().flat_map(|c| c.join().expect("client thread")).collect()
     })
 }
@@ -662,19 +813,29 @@ fn concurrent_load_is_answered_or_refused_with_503() {
     assert_eq!(results.len(), 200);
     let answered = results.iter().filter(|(s, _)| *s == 200).count();
     let refused: Vec<_> = results.iter().filter(|(s, _)| *s == 503).collect();
-    assert_eq!(answered + refused.len(), 200, "only 200 and 503: {:?}", results.iter().find(|(s, _)| *s != 200 && *s != 503));
+    assert_eq!(
+        answered + refused.len(),
+        200,
+        "only 200 and 503: {:?}",
+        results.iter().find(|(s, _)| *s != 200 && *s != 503)
+    );
     assert!(answered >= 4, "{answered} answered");
     for (_, r) in &refused {
         assert!(r["detail"].as_str().unwrap().starts_with("server busy: "), "{r}");
     }
-    println!("load: 120 of 120 answered with the default queue; {answered} answered, {} refused with 503 with a queue of 8 rows", refused.len());
+    println!(
+        "load: 120 of 120 answered with the default queue; {answered} answered, {} refused with 503 with a queue of 8 rows",
+        refused.len()
+    );
     assert_eq!(tight.get("/health").0, 200, "the server is still up");
 }
 
 #[cfg(unix)]
 #[test]
 fn sigterm_shuts_down_gracefully() {
-    let sigterm = |server: &Server| assert!(Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().unwrap().success());
+    let sigterm = |server: &Server| {
+        assert!(Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().unwrap().success())
+    };
     let mut server = Server::start(DECIDER, &[]);
     assert_eq!(server.get("/health").0, 200);
     sigterm(&server);

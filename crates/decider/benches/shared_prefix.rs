@@ -31,7 +31,11 @@ fn bench(c: &mut Criterion) {
     let separate = Decider::<NdArray>::demo(&device).with_shared_prefix(false);
     let request = request();
     let plan = shared.prompter().plan(&request).unwrap();
-    eprintln!("5 rows of {:?} tokens, state segment {} tokens", plan.rows.iter().map(|r| r.ids.len()).collect::<Vec<_>>(), plan.context_len);
+    eprintln!(
+        "5 rows of {:?} tokens, state segment {} tokens",
+        plan.rows.iter().map(|r| r.ids.len()).collect::<Vec<_>>(),
+        plan.context_len
+    );
     let mut group = c.benchmark_group("5 questions, demo model, ndarray");
     group.sample_size(10);
     group.bench_function("shared state prefix", |b| b.iter(|| shared.answer_plan(&plan).unwrap()));

@@ -60,7 +60,10 @@ pub fn py_round(x: f64, digits: usize) -> f64 {
 }
 
 /// Probabilities rounded to 4 digits, keyed as given.
-pub(crate) fn rounded_by<'a>(keys: impl IntoIterator<Item = String>, p: impl IntoIterator<Item = &'a f64>) -> IndexMap<String, f64> {
+pub(crate) fn rounded_by<'a>(
+    keys: impl IntoIterator<Item = String>,
+    p: impl IntoIterator<Item = &'a f64>,
+) -> IndexMap<String, f64> {
     keys.into_iter().zip(p).map(|(key, x)| (key, py_round(*x, 4))).collect()
 }
 
@@ -158,8 +161,11 @@ pub fn assemble(questions: &[PlannedQuestion], slot_probabilities: &[Vec<f64>]) 
                 let divisor = if mass == 0.0 { 1e-9 } else { mass };
                 let p: Vec<f64> = fit.iter().map(|f| f / divisor).collect();
                 let mut answer = format_answer(&q.question, &p);
-                let Answer::Score { isolated, .. } = &mut answer else { unreachable!("only Score questions have isolated levels") };
-                *isolated = Some(LevelFit { level_fit: rounded_by(levels(fit.len()), &fit), fit_mass: py_round(mass, 4) });
+                let Answer::Score { isolated, .. } = &mut answer else {
+                    unreachable!("only Score questions have isolated levels")
+                };
+                *isolated =
+                    Some(LevelFit { level_fit: rounded_by(levels(fit.len()), &fit), fit_mass: py_round(mass, 4) });
                 answer
             } else {
                 format_answer(&q.question, &slots[0])

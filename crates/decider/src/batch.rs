@@ -58,7 +58,9 @@ mod tests {
     }
 
     fn allowed(lengths: &[usize], group: &[usize]) -> bool {
-        !group.is_empty() && group.len() <= MAX_BATCH_ROWS && (group.len() == 1 || cost(lengths, group) - MERGE_OVERHEAD_TOKENS <= MAX_BATCH_TOKENS)
+        !group.is_empty()
+            && group.len() <= MAX_BATCH_ROWS
+            && (group.len() == 1 || cost(lengths, group) - MERGE_OVERHEAD_TOKENS <= MAX_BATCH_TOKENS)
     }
 
     /// The least cost over every partition of the rows into allowed groups (all set

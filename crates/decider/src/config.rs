@@ -23,14 +23,12 @@ impl Temperatures {
     /// The temperature of an answer of type `kind` with `n_options` options.
     pub fn of(&self, kind: AnswerType, n_options: usize) -> f64 {
         match *self {
-            Self::ByType { default, choice, noul, score } => {
-                match kind {
-                    AnswerType::Choice => choice,
-                    AnswerType::Noul => noul,
-                    AnswerType::Score => score,
-                }
-                .unwrap_or(default)
+            Self::ByType { default, choice, noul, score } => match kind {
+                AnswerType::Choice => choice,
+                AnswerType::Noul => noul,
+                AnswerType::Score => score,
             }
+            .unwrap_or(default),
             Self::ByOptions { a, b, min } => min.max(a + b * (n_options.max(2) as f64).ln()),
         }
     }
@@ -80,7 +78,8 @@ impl DeciderConfig {
         let cfg = value.as_dict().ok_or_else(|| DeciderError::Config(format!("{WHERE} must be a JSON object")))?;
         check_layout(cfg)?;
         // The order of the reference's checks, so a config with several faults names the same one.
-        let temperature = positive(cfg.get("temperature").unwrap_or(&Json::Float(1.0)), &format!("{WHERE} \"temperature\""))?;
+        let temperature =
+            positive(cfg.get("temperature").unwrap_or(&Json::Float(1.0)), &format!("{WHERE} \"temperature\""))?;
         let per_type = by_type(cfg.get("temperature_by_type"), &format!("{WHERE} \"temperature_by_type\""))?;
         // Schema-first temperatures are not used here (no schema cache), but a config the
         // reference refuses is refused here too.
@@ -93,7 +92,12 @@ impl DeciderConfig {
                 )));
             }
             Some((a, b, min)) => Temperatures::ByOptions { a, b, min },
-            None => Temperatures::ByType { default: temperature, choice: per_type[0], noul: per_type[1], score: per_type[2] },
+            None => Temperatures::ByType {
+                default: temperature,
+                choice: per_type[0],
+                noul: per_type[1],
+                score: per_type[2],
+            },
         };
         if let Some(t) = cfg.get("temperature_schema_first") {
             positive(t, &format!("{WHERE} \"temperature_schema_first\""))?;
@@ -127,8 +131,12 @@ fn check_layout(cfg: &JsonMap) -> Result<(), DeciderError> {
         Some(Json::Str(s)) if s == "plain" => Err(DeciderError::Config(format!(
             "{WHERE} says \"layout\": \"plain\" and \"chat_template\": true; these contradict each other"
         ))),
-        Some(Json::Str(s)) if s == "chat" => Err(DeciderError::Config(format!("{WHERE} names the chat prompt layout; this runtime reads only the plain layout of the released decider models"))),
-        None | Some(Json::Null) => Err(DeciderError::Config(format!("{WHERE} sets \"chat_template\": true (the chat prompt layout); this runtime reads only the plain layout"))),
+        Some(Json::Str(s)) if s == "chat" => Err(DeciderError::Config(format!(
+            "{WHERE} names the chat prompt layout; this runtime reads only the plain layout of the released decider models"
+        ))),
+        None | Some(Json::Null) => Err(DeciderError::Config(format!(
+            "{WHERE} sets \"chat_template\": true (the chat prompt layout); this runtime reads only the plain layout"
+        ))),
         Some(other) => Err(DeciderError::Config(format!(
             "{WHERE} names the prompt layout {}; this runtime knows 'plain'",
             py_repr(other)
@@ -167,7 +175,12 @@ fn by_type(map: Option<&Json>, where_: &str) -> Result<[Option<f64>; 3], Decider
             "choice" => 0,
             "noul" => 1,
             "score" => 2,
-            _ => return Err(DeciderError::Config(format!("{where_} has the unknown key {}; {KEYS_TEXT}", py_repr(&Json::Str(key.clone()))))),
+            _ => {
+                return Err(DeciderError::Config(format!(
+                    "{where_} has the unknown key {}; {KEYS_TEXT}",
+                    py_repr(&Json::Str(key.clone()))
+                )));
+            }
         };
         let inner = format!("{where_}[{}]", py_repr(&Json::Str(key.clone())));
         if value.as_f64().is_none() {
@@ -184,17 +197,22 @@ fn by_options(spec: Option<&Json>, where_: &str) -> Result<Option<(f64, f64, f64
         None | Some(Json::Null) => return Ok(None),
         Some(spec) => spec,
     };
-    let form = || DeciderError::Config(format!("{where_} must be {{\"a\": number, \"b\": number, \"min\": number > 0 (optional)}}, got {}", py_repr(spec)));
+    let form = || {
+        DeciderError::Config(format!(
+            "{where_} must be {{\"a\": number, \"b\": number, \"min\": number > 0 (optional)}}, got {}",
+            py_repr(spec)
+        ))
+    };
     let map = spec.as_dict().ok_or_else(form)?;
-    if map.keys().any(|k| !matches!(k.as_str(), "a" | "b" | "min")) || !map.contains_key("a") || !map.contains_key("b") {
+    if map.keys().any(|k| !matches!(k.as_str(), "a" | "b" | "min")) || !map.contains_key("a") || !map.contains_key("b")
+    {
         return Err(form());
     }
     let mut ab = [0.0; 2];
     for (i, key) in ["a", "b"].into_iter().enumerate() {
-        ab[i] = map[key]
-            .as_f64()
-            .filter(|v| v.is_finite())
-            .ok_or_else(|| DeciderError::Config(format!("{where_}['{key}'] must be a finite number, got {}", py_repr(&map[key]))))?;
+        ab[i] = map[key].as_f64().filter(|v| v.is_finite()).ok_or_else(|| {
+            DeciderError::Config(format!("{where_}['{key}'] must be a finite number, got {}", py_repr(&map[key])))
+        })?;
     }
     let min = positive(map.get("min").unwrap_or(&Json::Float(0.05)), &format!("{where_}['min']"))?;
     Ok(Some((ab[0], ab[1], min)))

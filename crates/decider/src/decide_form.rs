@@ -8,18 +8,18 @@
 //! does it before queueing and checks the row against its limits; answering
 //! ([`Decider::answer_decide`]) runs the one row.
 
-use qwen35::Qwen35Ops;
 use indexmap::IndexMap;
+use qwen35::Qwen35Ops;
 use serde::Serialize;
 
 use crate::python_json::Json;
 
 use crate::answer::{argmax, py_round, rounded_by};
 use crate::engine::Decider;
-use crate::prompter::{DECIDE_MAX_CONTEXT_TOKENS, Prompter};
-use crate::prompt::neutralize;
 use crate::error::DeciderError;
+use crate::prompt::neutralize;
 use crate::prompt::{Row, RowQuestion, context_ids, row, strings_heap_bytes};
+use crate::prompter::{DECIDE_MAX_CONTEXT_TOKENS, Prompter};
 use crate::python_json::{py_repr, py_str, py_type_name};
 use crate::question::AnswerType;
 use crate::tokenizer::MAX_OPTIONS;
@@ -126,43 +126,79 @@ fn fields(schema: Option<&Json>, neutralize_none: bool) -> Result<Vec<(String, F
     let mut out = Vec::with_capacity(schema.len());
     for (question, spec) in schema {
         let at = format!("schema[{}]", py_repr(&Json::Str(question.clone())));
-        let spec = spec.as_dict().ok_or_else(|| invalid(format!("{at} is a {}, not a field object; {FORM}", py_type_name(spec))))?;
+        let spec = spec
+            .as_dict()
+            .ok_or_else(|| invalid(format!("{at} is a {}, not a field object; {FORM}", py_type_name(spec))))?;
         let kind = spec.get("type").cloned().unwrap_or(Json::Str("choice".into()));
         let field = match kind.as_str() {
             Some("choice") => {
                 let options: Vec<String> = match spec.get("options") {
-                    Some(Json::List(items)) if !items.is_empty() && items.iter().all(Json::is_str) => items.iter().map(py_str).collect(),
+                    Some(Json::List(items)) if !items.is_empty() && items.iter().all(Json::is_str) => {
+                        items.iter().map(py_str).collect()
+                    }
                     Some(Json::Dict(map)) if !map.is_empty() => map.keys().cloned().collect(),
                     _ => return Err(invalid(format!("{at}: \"options\" must be a non-empty list of strings; {FORM}"))),
                 };
                 let options: Vec<String> = options.into_iter().take(MAX_OPTIONS).collect();
                 let shown = options.iter().map(|o| if neutralize_none { neutralize(o) } else { o.clone() }).collect();
-                Field { kind: FieldKind::Choice, shown, names: options, keys: vec![], key_names: vec![], legend: Json::Null }
+                Field {
+                    kind: FieldKind::Choice,
+                    shown,
+                    names: options,
+                    keys: vec![],
+                    key_names: vec![],
+                    legend: Json::Null,
+                }
             }
             Some("bool") => {
                 let options = vec!["no".to_string(), "yes".to_string()];
-                Field { kind: FieldKind::Bool, shown: options.clone(), names: options, keys: vec![], key_names: vec![], legend: Json::Null }
+                Field {
+                    kind: FieldKind::Bool,
+                    shown: options.clone(),
+                    names: options,
+                    keys: vec![],
+                    key_names: vec![],
+                    legend: Json::Null,
+                }
             }
             Some("scale") => {
                 let legend = spec.get("legend");
                 let (keys, key_names, descriptions): (Vec<f64>, Vec<String>, Vec<Json>) = match legend {
-                    Some(Json::List(items)) if !items.is_empty() => {
-                        ((0..items.len()).map(|i| i as f64).collect(), (0..items.len()).map(|i| i.to_string()).collect(), items.clone())
-                    }
+                    Some(Json::List(items)) if !items.is_empty() => (
+                        (0..items.len()).map(|i| i as f64).collect(),
+                        (0..items.len()).map(|i| i.to_string()).collect(),
+                        items.clone(),
+                    ),
                     Some(Json::Dict(map)) if !map.is_empty() => {
                         let mut keyed = Vec::new();
                         for (key, description) in map {
                             let value = key.trim().parse::<f64>().ok().filter(|v| v.is_finite()).ok_or_else(|| {
-                                invalid(format!("{at}: every \"legend\" key must be a finite level number, got {}; {FORM}", py_repr(&Json::Str(key.clone()))))
+                                invalid(format!(
+                                    "{at}: every \"legend\" key must be a finite level number, got {}; {FORM}",
+                                    py_repr(&Json::Str(key.clone()))
+                                ))
                             })?;
                             keyed.push((value, key.clone(), description.clone()));
                         }
                         keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
-                        (keyed.iter().map(|k| k.0).collect(), keyed.iter().map(|k| k.1.clone()).collect(), keyed.into_iter().map(|k| k.2).collect())
+                        (
+                            keyed.iter().map(|k| k.0).collect(),
+                            keyed.iter().map(|k| k.1.clone()).collect(),
+                            keyed.into_iter().map(|k| k.2).collect(),
+                        )
                     }
-                    _ => return Err(invalid(format!("{at}: \"legend\" must be a non-empty list or {{level number: description}} map; {FORM}"))),
+                    _ => {
+                        return Err(invalid(format!(
+                            "{at}: \"legend\" must be a non-empty list or {{level number: description}} map; {FORM}"
+                        )));
+                    }
                 };
-                let shown: Vec<String> = key_names.iter().zip(&descriptions).take(MAX_OPTIONS).map(|(k, d)| format!("{k}: {}", py_str(d))).collect();
+                let shown: Vec<String> = key_names
+                    .iter()
+                    .zip(&descriptions)
+                    .take(MAX_OPTIONS)
+                    .map(|(k, d)| format!("{k}: {}", py_str(d)))
+                    .collect();
                 let legend = legend.cloned().unwrap_or(Json::Null);
                 Field { kind: FieldKind::Scale, names: shown.clone(), shown, keys, key_names, legend }
             }
@@ -221,8 +257,13 @@ impl DecidePlan {
             .fields
             .iter()
             .map(|(question, f)| {
-                let strings = strings_heap_bytes(&f.shown) + strings_heap_bytes(&f.names) + strings_heap_bytes(&f.key_names);
-                size_of::<(String, Field)>() + question.len() + strings + f.keys.len() * size_of::<f64>() + crate::python_json::dumps(&f.legend).len()
+                let strings =
+                    strings_heap_bytes(&f.shown) + strings_heap_bytes(&f.names) + strings_heap_bytes(&f.key_names);
+                size_of::<(String, Field)>()
+                    + question.len()
+                    + strings
+                    + f.keys.len() * size_of::<f64>()
+                    + crate::python_json::dumps(&f.legend).len()
             })
             .sum();
         fields + self.rows().iter().map(Row::heap_bytes).sum::<usize>()

@@ -4,7 +4,9 @@
 
 use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::{Int, Tensor, TensorData};
-use decider_ops::{BlockInts, Half, block_scales, half_bits, half_floats, q4_values, q8_rows, q8_values, quantize_q4, quantize_q8};
+use decider_ops::{
+    BlockInts, Half, block_scales, half_bits, half_floats, q4_values, q8_rows, q8_values, quantize_q4, quantize_q8,
+};
 use half::f16;
 use qwen35::weights::{Stored, half_of, scales_dims, stack_dims, stored, transpose_last2};
 use qwen35::{Qwen35Config, Qwen35Model, Qwen35Ops, WeightFormat};
@@ -46,7 +48,11 @@ pub fn demo_model<B: Qwen35Ops>(device: &B::Device) -> Qwen35Model<B> {
 /// and experts are the Q4_0 rounding (and the tables Q8_0); in `f16`/`bf16` all of them are the
 /// nearest 16-bit floats.
 pub fn random_model<B: Qwen35Ops>(config: &Qwen35Config, weights: WeightFormat, device: &B::Device) -> Qwen35Model<B> {
-    config.init_with_weights::<B>(weights, device).map(&mut SeededWeights { next_stream: 0, pending_scales: None, path: Vec::new() })
+    config.init_with_weights::<B>(weights, device).map(&mut SeededWeights {
+        next_stream: 0,
+        pending_scales: None,
+        path: Vec::new(),
+    })
 }
 
 /// Replaces every float parameter, in module order, with uniform values in ±1/√fan_in
@@ -108,7 +114,8 @@ impl<B: Qwen35Ops> ModuleMapper<B> for SeededWeights {
                 half_floats(bits, half, shape, &device)
             }
             _ => {
-                let values = self.draw(shape.num_elements(), if D >= 2 { 1.0 / (dims[D - 2] as f32).sqrt() } else { 0.5 });
+                let values =
+                    self.draw(shape.num_elements(), if D >= 2 { 1.0 / (dims[D - 2] as f32).sqrt() } else { 0.5 });
                 Tensor::from_data(TensorData::new(values, shape), &device)
             }
         };
@@ -125,7 +132,15 @@ impl<B: Qwen35Ops> ModuleMapper<B> for SeededWeights {
                 let (batch, d_out, d_in) = stack_dims(&held);
                 let (values, tensor): (_, fn(_, _, _) -> _) = match kernel_layout {
                     // A projection: drawn as its f32 `[in, out]`, stored `[out, in]`.
-                    true => (transpose_last2(&self.draw(batch * d_in * d_out, 1.0 / (d_in as f32).sqrt()), batch, d_in, d_out), q8_values::<B, D>),
+                    true => (
+                        transpose_last2(
+                            &self.draw(batch * d_in * d_out, 1.0 / (d_in as f32).sqrt()),
+                            batch,
+                            d_in,
+                            d_out,
+                        ),
+                        q8_values::<B, D>,
+                    ),
                     // A token table: drawn and stored `[vocab, hidden]`, as its f32 `Embedding`.
                     false => (self.draw(batch * d_out * d_in, 1.0 / (d_out as f32).sqrt()), q8_rows::<B, D>),
                 };
@@ -138,7 +153,8 @@ impl<B: Qwen35Ops> ModuleMapper<B> for SeededWeights {
                 let held = B::block_storage().ints_shape(BlockInts::Q4Bytes, shape.dims());
                 let (batch, d_out, half_in) = stack_dims(&held);
                 let d_in = 2 * half_in;
-                let weights = transpose_last2(&self.draw(batch * d_in * d_out, 1.0 / (d_in as f32).sqrt()), batch, d_in, d_out);
+                let weights =
+                    transpose_last2(&self.draw(batch * d_in * d_out, 1.0 / (d_in as f32).sqrt()), batch, d_in, d_out);
                 let (packed, scales) = quantize_q4(&weights, d_in);
                 self.pending_scales = Some(scales);
                 q4_values(packed, held, &device)

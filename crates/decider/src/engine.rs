@@ -5,16 +5,16 @@
 
 use std::path::Path;
 
-use burn::tensor::{Int, Tensor, TensorData};
-use qwen35::{Qwen35Ops, WeightFormat};
-use qwen35::Qwen35Model;
 use crate::python_json::Json;
+use burn::tensor::{Int, Tensor, TensorData};
+use qwen35::Qwen35Model;
+use qwen35::{Qwen35Ops, WeightFormat};
 
-use crate::answer::{assemble, argmax};
+use crate::answer::{argmax, assemble};
+use crate::config::DeciderConfig;
 use crate::demo::demo_model;
 use crate::error::DeciderError;
 use crate::prompt::{Plan, Row};
-use crate::config::DeciderConfig;
 use crate::prompter::Prompter;
 use crate::readout::probabilities;
 use crate::schedule::{batches, schedule};
@@ -42,7 +42,11 @@ impl<B: Qwen35Ops> Decider<B> {
 
     /// [`Decider::load`] with the projections and experts held in `weights` (activations, norms,
     /// the router, the recurrent state and the readout stay f32).
-    pub fn load_with_weights(dir: impl AsRef<Path>, weights: WeightFormat, device: &B::Device) -> Result<Self, DeciderError> {
+    pub fn load_with_weights(
+        dir: impl AsRef<Path>,
+        weights: WeightFormat,
+        device: &B::Device,
+    ) -> Result<Self, DeciderError> {
         let dir = dir.as_ref();
         // The small decider_config.json first: a mistake in it stops the load before the weights.
         let config = DeciderConfig::from_dir(dir)?;
@@ -53,7 +57,8 @@ impl<B: Qwen35Ops> Decider<B> {
 
     /// The `demo` model (random weights from a fixed seed, test tokenizer).
     pub fn demo(device: &B::Device) -> Self {
-        Self::build(|| Ok(Prompter::demo()), || Ok(demo_model(device)), device, "demo".into()).expect("the demo model fits its tokenizer")
+        Self::build(|| Ok(Prompter::demo()), || Ok(demo_model(device)), device, "demo".into())
+            .expect("the demo model fits its tokenizer")
     }
 
     /// [`Decider::new`] from a prompter and a network made at the same time: `prompter` runs on a
@@ -75,7 +80,12 @@ impl<B: Qwen35Ops> Decider<B> {
     }
 
     /// A decider from parts; the tokenizer's ids must fit the model's vocabulary.
-    pub fn new(model: Qwen35Model<B>, prompter: Prompter, device: &B::Device, source: String) -> Result<Self, DeciderError> {
+    pub fn new(
+        model: Qwen35Model<B>,
+        prompter: Prompter,
+        device: &B::Device,
+        source: String,
+    ) -> Result<Self, DeciderError> {
         let [vocab, _] = model.embed_tokens.dims();
         if prompter.tokenizer.vocab_size() > vocab {
             return Err(DeciderError::Model(format!(
@@ -127,7 +137,11 @@ impl<B: Qwen35Ops> Decider<B> {
     /// decider-ai's `Decider.system_one(state, questions)` with the defaults (independent rows):
     /// the library's prompt ([`Prompter::plan_library`], which neutralises "none of the above"
     /// options when the config asks).
-    pub fn system_one<V: Into<Json>>(&self, state: impl Into<Json>, questions: impl IntoIterator<Item = (String, V)>) -> Result<SystemOneResponse, DeciderError> {
+    pub fn system_one<V: Into<Json>>(
+        &self,
+        state: impl Into<Json>,
+        questions: impl IntoIterator<Item = (String, V)>,
+    ) -> Result<SystemOneResponse, DeciderError> {
         let plan = self.prompter.plan_library(&SystemOneRequest::new(state, questions))?;
         self.answer_plan(&plan)
     }
@@ -183,7 +197,12 @@ impl<B: Qwen35Ops> Decider<B> {
     /// `Decider.decide(context, questions)`: choice questions packed into one row after the
     /// context (capped at 1,536 tokens), options as given (none-of-the-above options neutralised
     /// when the config asks); `abstain_below` leaves `choice` empty under that p_max.
-    pub fn decide(&self, context: &str, questions: &[DecideQuestion], abstain_below: f64) -> Result<Vec<DecideAnswer>, DeciderError> {
+    pub fn decide(
+        &self,
+        context: &str,
+        questions: &[DecideQuestion],
+        abstain_below: f64,
+    ) -> Result<Vec<DecideAnswer>, DeciderError> {
         if questions.is_empty() {
             return Ok(vec![]);
         }
@@ -195,7 +214,12 @@ impl<B: Qwen35Ops> Decider<B> {
             .map(|(q, p)| {
                 let j = argmax(&p);
                 let probs = q.options.iter().cloned().zip(p.iter().copied()).collect();
-                DecideAnswer { choice: (p[j] >= abstain_below).then(|| q.options[j].clone()), confidence: p[j], probs, probs_list: p }
+                DecideAnswer {
+                    choice: (p[j] >= abstain_below).then(|| q.options[j].clone()),
+                    confidence: p[j],
+                    probs,
+                    probs_list: p,
+                }
             })
             .collect())
     }
@@ -241,7 +265,9 @@ impl<B: Qwen35Ops> Decider<B> {
             let width = group.iter().map(|&i| lengths[i]).max().unwrap_or(0);
             let ids: Vec<i64> = group
                 .iter()
-                .flat_map(|&i| rows[i].1.ids[start..].iter().map(|&id| id as i64).chain(std::iter::repeat_n(0, width - lengths[i])))
+                .flat_map(|&i| {
+                    rows[i].1.ids[start..].iter().map(|&id| id as i64).chain(std::iter::repeat_n(0, width - lengths[i]))
+                })
                 .collect();
             let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [group.len(), width]), &self.device);
             let mut cache = prefix.map_or_else(|| self.model.new_cache(), |p| p.cache.repeat_batch(group.len()));
@@ -255,10 +281,12 @@ impl<B: Qwen35Ops> Decider<B> {
                 }
             }
             let mut batch_logits = self.label_logits(hidden, &in_batch).into_iter();
-            let mut prefix_logits = prefix.map(|p| self.label_logits(p.hidden.clone(), &in_prefix)).unwrap_or_default().into_iter();
+            let mut prefix_logits =
+                prefix.map(|p| self.label_logits(p.hidden.clone(), &in_prefix)).unwrap_or_default().into_iter();
             for &i in &group {
                 let (key, row) = rows[i];
-                let slots = row.slots.iter().map(|&slot| if slot < start { prefix_logits.next() } else { batch_logits.next() });
+                let slots =
+                    row.slots.iter().map(|&slot| if slot < start { prefix_logits.next() } else { batch_logits.next() });
                 out.push((key, slots.map(|l| l.expect("one logit row per slot")).collect()));
             }
         }
@@ -272,7 +300,10 @@ impl<B: Qwen35Ops> Decider<B> {
             return vec![];
         }
         let [rows, len, width] = hidden.dims();
-        let index = Tensor::<B, 1, Int>::from_data(TensorData::new(positions.iter().map(|&p| p as i64).collect::<Vec<_>>(), [positions.len()]), &self.device);
+        let index = Tensor::<B, 1, Int>::from_data(
+            TensorData::new(positions.iter().map(|&p| p as i64).collect::<Vec<_>>(), [positions.len()]),
+            &self.device,
+        );
         let logits = hidden.reshape([rows * len, width]).select(0, index).matmul(self.label_weights.clone());
         let [_, labels] = logits.dims();
         let values = logits.into_data().convert::<f32>().into_vec::<f32>().expect("f32 logits");

@@ -22,12 +22,12 @@ pub use answer::{Answer, LevelFit};
 pub use config::DeciderConfig;
 pub use decide_form::{FieldAnswer, FormAnswers};
 pub use engine::Decider;
-pub use prompter::{DECIDE_MAX_CONTEXT_TOKENS, Prompter};
-pub use wire::{DecideAnswer, DecideQuestion, SystemOneRequest, SystemOneResponse, Usage};
 pub use error::DeciderError;
 pub use prompt::{Plan, PlanOptions, Row};
+pub use prompter::{DECIDE_MAX_CONTEXT_TOKENS, Prompter};
 pub use question::{AnswerType, RenderedQuestion};
-pub use tokenizer::{LabelTable, Tokenizer};
-pub use working_memory::WorkingMemory;
 /// The backend bound of [`Decider`]: the one the Qwen3.5 layers need.
 pub use qwen35::Qwen35Ops;
+pub use tokenizer::{LabelTable, Tokenizer};
+pub use wire::{DecideAnswer, DecideQuestion, SystemOneRequest, SystemOneResponse, Usage};
+pub use working_memory::WorkingMemory;

@@ -60,7 +60,8 @@ impl Plan {
 
     /// About the bytes the plan holds on the heap (what a server holds while it is queued).
     pub fn heap_bytes(&self) -> usize {
-        let questions: usize = self.questions.iter().map(|q| size_of::<PlannedQuestion>() + q.id.len() + q.question.heap_bytes()).sum();
+        let questions: usize =
+            self.questions.iter().map(|q| size_of::<PlannedQuestion>() + q.id.len() + q.question.heap_bytes()).sum();
         questions + self.rows.iter().map(Row::heap_bytes).sum::<usize>()
     }
 }
@@ -68,7 +69,9 @@ impl Plan {
 impl Row {
     /// About the bytes the row holds on the heap: its ids and per-slot entries.
     pub fn heap_bytes(&self) -> usize {
-        size_of::<Row>() + self.ids.len() * size_of::<u32>() + self.slots.len() * (size_of::<usize>() * 2 + size_of::<AnswerType>())
+        size_of::<Row>()
+            + self.ids.len() * size_of::<u32>()
+            + self.slots.len() * (size_of::<usize>() * 2 + size_of::<AnswerType>())
     }
 }
 
@@ -126,7 +129,12 @@ pub fn strip_level_number(text: &str) -> &str {
 
 /// Renders and plans a request (`serve.prepare`): validates every question first, then builds
 /// the rows.
-pub fn plan(tokenizer: &Tokenizer, state: &Json, questions: &JsonMap, options: PlanOptions) -> Result<Plan, DeciderError> {
+pub fn plan(
+    tokenizer: &Tokenizer,
+    state: &Json,
+    questions: &JsonMap,
+    options: PlanOptions,
+) -> Result<Plan, DeciderError> {
     let mut rendered = Vec::with_capacity(questions.len());
     for (id, spec) in questions {
         let spec = spec
@@ -137,7 +145,9 @@ pub fn plan(tokenizer: &Tokenizer, state: &Json, questions: &JsonMap, options: P
     let isolated = options.isolated_levels && options.independent;
 
     // Each question becomes one (text, options shown, type) entry, or one per isolated level.
-    let shown = |texts: &[String]| -> Vec<String> { texts.iter().map(|o| if options.neutralize_none { neutralize(o) } else { o.clone() }).collect() };
+    let shown = |texts: &[String]| -> Vec<String> {
+        texts.iter().map(|o| if options.neutralize_none { neutralize(o) } else { o.clone() }).collect()
+    };
     let mut entries: Vec<RowQuestion> = Vec::new();
     let mut planned = Vec::with_capacity(rendered.len());
     for (id, question) in rendered {
@@ -145,7 +155,11 @@ pub fn plan(tokenizer: &Tokenizer, state: &Json, questions: &JsonMap, options: P
         let isolated_levels = isolated && question.kind == AnswerType::Score && question.isolated;
         if isolated_levels {
             for level in &question.legend {
-                entries.push((isolated_level_question(&question.text, level), shown(&["no".into(), "yes".into()]), AnswerType::Score));
+                entries.push((
+                    isolated_level_question(&question.text, level),
+                    shown(&["no".into(), "yes".into()]),
+                    AnswerType::Score,
+                ));
             }
         } else {
             entries.push((question.text.clone(), shown(&question.options), question.kind));
@@ -224,7 +238,8 @@ fn capped_encode(tokenizer: &Tokenizer, cap: usize, state_prefix: impl Fn(usize)
 /// The last safe cut of `text` (see [`capped_encode`]), or 0.
 fn safe_cut(text: &str) -> usize {
     static LETTER_OR_MARK: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[\p{L}\p{M}]$").expect("valid regex"));
-    static LETTER_MARK_OR_NUMBER: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[\p{L}\p{M}\p{N}]$").expect("valid regex"));
+    static LETTER_MARK_OR_NUMBER: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"^[\p{L}\p{M}\p{N}]$").expect("valid regex"));
     let is = |re: &Regex, c: char| re.is_match(c.encode_utf8(&mut [0; 4]));
     let mut after: Option<char> = None;
     for (i, c) in text.char_indices().rev() {
@@ -276,7 +291,8 @@ pub fn unique_tokens(rows: &[Row]) -> usize {
 /// Length of the longest common prefix of the rows' ids.
 pub fn common_prefix(rows: &[Row]) -> usize {
     let Some((first, rest)) = rows.split_first() else { return 0 };
-    rest.iter().fold(first.ids.len(), |len, row| first.ids[..len].iter().zip(&row.ids).take_while(|(a, b)| a == b).count())
+    rest.iter()
+        .fold(first.ids.len(), |len, row| first.ids[..len].iter().zip(&row.ids).take_while(|(a, b)| a == b).count())
 }
 
 #[cfg(test)]

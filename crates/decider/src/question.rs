@@ -23,7 +23,10 @@ impl RenderedQuestion {
     /// About the bytes the question holds on the heap.
     pub fn heap_bytes(&self) -> usize {
         use crate::prompt::strings_heap_bytes;
-        self.text.len() + strings_heap_bytes(&self.options) + strings_heap_bytes(&self.names) + strings_heap_bytes(&self.legend)
+        self.text.len()
+            + strings_heap_bytes(&self.options)
+            + strings_heap_bytes(&self.names)
+            + strings_heap_bytes(&self.legend)
     }
 }
 
@@ -82,9 +85,9 @@ pub fn render_question(spec: &JsonMap) -> Result<RenderedQuestion, DeciderError>
     let is_noul = matches!(kind_name, Some("noul" | "bool"));
 
     let text = if is_noul && is_blank(raw) {
-        let described = criteria.and_then(Json::as_dict).is_some_and(|c| {
-            [c.get("true"), c.get("false")].into_iter().any(|d| !is_blank(d))
-        });
+        let described = criteria
+            .and_then(Json::as_dict)
+            .is_some_and(|c| [c.get("true"), c.get("false")].into_iter().any(|d| !is_blank(d)));
         if !described && criteria.is_none_or(Json::is_dict) {
             return Err(invalid("noul question without instructions: criteria must describe true or false"));
         }
@@ -149,7 +152,9 @@ pub fn render_question(spec: &JsonMap) -> Result<RenderedQuestion, DeciderError>
 fn sorted_legend(legend: &JsonMap) -> Result<Vec<Json>, DeciderError> {
     let mut keyed = Vec::with_capacity(legend.len());
     for (key, value) in legend {
-        let number = python_float(key).ok_or_else(|| invalid(format!("could not convert string to float: {}", py_repr(&Json::Str(key.clone())))))?;
+        let number = python_float(key).ok_or_else(|| {
+            invalid(format!("could not convert string to float: {}", py_repr(&Json::Str(key.clone()))))
+        })?;
         keyed.push((number, value.clone()));
     }
     keyed.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal));

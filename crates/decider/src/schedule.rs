@@ -23,7 +23,8 @@ pub(crate) struct Schedule<'a> {
 pub(crate) fn schedule<'a>(requests: &[&'a [Row]], share: bool) -> Schedule<'a> {
     let mut schedule = Schedule { prefixed: Vec::new(), unshared: Vec::new() };
     for (r, rows) in requests.iter().enumerate() {
-        let scored: Vec<_> = rows.iter().enumerate().filter(|(_, row)| !row.slots.is_empty()).map(|(i, row)| ((r, i), row)).collect();
+        let scored: Vec<_> =
+            rows.iter().enumerate().filter(|(_, row)| !row.slots.is_empty()).map(|(i, row)| ((r, i), row)).collect();
         match shared_prefix(rows, share) {
             prefix if prefix > 0 && !scored.is_empty() => schedule.prefixed.push((prefix, scored)),
             _ => schedule.unshared.extend(scored),

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use ahash::AHashMap;
 use serde_json::Value;
-use tokenizers::{AddedToken, Model};
 use tokenizers::models::bpe::BPE;
+use tokenizers::{AddedToken, Model};
 
 use crate::error::DeciderError;
 
@@ -66,9 +66,14 @@ impl Tokenizer {
             .unwrap_or_else(|| tokenizers::Tokenizer::from_bytes(json).map_err(|e| e.to_string()))
             .map_err(|e| DeciderError::Tokenizer(format!("cannot read tokenizer.json: {e}")))?;
         // The model's tokens and the added tokens that are not among them.
-        let added = inner.get_added_tokens_decoder().values().filter(|t| inner.get_model().token_to_id(&t.content).is_none()).count();
+        let added = inner
+            .get_added_tokens_decoder()
+            .values()
+            .filter(|t| inner.get_model().token_to_id(&t.content).is_none())
+            .count();
         let vocab_size = inner.get_vocab_size(false) + added;
-        let mut tokenizer = Self { inner, labels: LabelTable { names: vec![], ids: vec![], open_ids: vec![] }, vocab_size };
+        let mut tokenizer =
+            Self { inner, labels: LabelTable { names: vec![], ids: vec![], open_ids: vec![] }, vocab_size };
         tokenizer.labels = LabelTable::build(&tokenizer)?;
         Ok(tokenizer)
     }
@@ -152,14 +157,22 @@ fn read_bpe_directly(json: &[u8]) -> Option<Result<tokenizers::Tokenizer, String
         let bpe = bpe_model(vocab, model)?;
         rest.insert("added_tokens".into(), Value::Array(vec![]));
         rest.insert("model".into(), serde_json::json!({"type": "BPE", "vocab": {}, "merges": []}));
-        let mut tokenizer: tokenizers::Tokenizer = serde_json::from_value(Value::Object(rest)).map_err(|e| e.to_string())?;
+        let mut tokenizer: tokenizers::Tokenizer =
+            serde_json::from_value(Value::Object(rest)).map_err(|e| e.to_string())?;
         tokenizer.with_model(bpe);
-        let tokens: Vec<AddedToken> = added_tokens.iter().map(|t| serde_json::from_value(t.clone())).collect::<Result<_, _>>().map_err(|e| format!("added_tokens: {e}"))?;
+        let tokens: Vec<AddedToken> = added_tokens
+            .iter()
+            .map(|t| serde_json::from_value(t.clone()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("added_tokens: {e}"))?;
         tokenizer.add_tokens(&tokens);
         for (token, spec) in tokens.iter().zip(&added_tokens) {
             let id = tokenizer.token_to_id(&token.content);
             if id.map(u64::from) != spec["id"].as_u64() {
-                return Err(format!("added token {:?} has id {} in the file but {id:?} in the tokenizer", token.content, spec["id"]));
+                return Err(format!(
+                    "added token {:?} has id {} in the file but {id:?} in the tokenizer",
+                    token.content, spec["id"]
+                ));
             }
         }
         Ok(tokenizer)
@@ -218,7 +231,8 @@ impl<'de> serde::Deserialize<'de> for Merge {
                 f.write_str("a merge: a pair of strings or \"a b\"")
             }
             fn visit_str<E: Error>(self, joined: &str) -> Result<Merge, E> {
-                let (a, b) = joined.split_once(' ').ok_or_else(|| E::custom(format!("the merge {joined:?} has no space")))?;
+                let (a, b) =
+                    joined.split_once(' ').ok_or_else(|| E::custom(format!("the merge {joined:?} has no space")))?;
                 Ok(Merge(a.into(), b.into()))
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut pair: A) -> Result<Merge, A::Error> {

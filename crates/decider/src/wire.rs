@@ -1,8 +1,8 @@
 //! The requests and responses of the library's API, in the reference's shapes (decider-ai
 //! 1.10.0's `/v1/systemone` body and response, `Decider.decide`'s questions and answers).
 
-use serde::Serialize;
 use indexmap::IndexMap;
+use serde::Serialize;
 
 use crate::answer::Answer;
 use crate::python_json::{Json, JsonMap};

@@ -28,12 +28,18 @@ impl WorkingMemory {
             let lengths: Vec<usize> = rows.iter().map(|(_, row)| row.ids.len() - start).collect();
             let slots: Vec<usize> = rows.iter().map(|(_, row)| row.slots.len()).collect();
             batches(&lengths, self.share_prefix).into_iter().map(move |group| {
-                (group.len(), group.iter().map(|&i| lengths[i]).max().unwrap_or(0), group.iter().map(|&i| slots[i]).sum::<usize>())
+                (
+                    group.len(),
+                    group.iter().map(|&i| lengths[i]).max().unwrap_or(0),
+                    group.iter().map(|&i| slots[i]).sum::<usize>(),
+                )
             })
         };
         // A batch's call, its token ids, and its slots' hidden states and label logits.
         let batch_bytes = |(rows, width, slots): (usize, usize, usize), past: usize| {
-            call.call_bytes(rows, width, past) + rows * width * size_of::<i64>() + slots * (call.hidden() + MAX_OPTIONS) * size_of::<f32>()
+            call.call_bytes(rows, width, past)
+                + rows * width * size_of::<i64>()
+                + slots * (call.hidden() + MAX_OPTIONS) * size_of::<f32>()
         };
         let prefixed = schedule.prefixed.iter().map(|(prefix, rows)| {
             let held = call.cache_bytes(1, *prefix) + prefix * call.hidden() * size_of::<f32>();

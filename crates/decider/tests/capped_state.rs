@@ -4,10 +4,10 @@
 //! prose, JSON with annotated lists, CJK without spaces, combining marks, Hangul jamo, emoji,
 //! digit runs, whitespace runs, punctuation runs and one unbroken run of letters.
 
+use decider::Tokenizer;
 use decider::prompt::{PlanOptions, context_ids, plan};
 use decider::python_json::Json;
 use decider::state::render_state;
-use decider::Tokenizer;
 use serde_json::{Value, json};
 
 fn texts() -> Vec<(&'static str, String)> {

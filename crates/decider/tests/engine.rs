@@ -59,11 +59,17 @@ fn requests_scored_together_answer_as_scored_alone() {
         decider.prompter().plan(&SystemOneRequest::new(state(), questions())).unwrap().rows,
         one(long_state, "team"),
         vec![],
-        decider.prompter().plan_decide("My card was charged twice.", Some(&json!({"Refund?": {"type": "bool"}}).into())).unwrap().rows().to_vec(),
+        decider
+            .prompter()
+            .plan_decide("My card was charged twice.", Some(&json!({"Refund?": {"type": "bool"}}).into()))
+            .unwrap()
+            .rows()
+            .to_vec(),
         one(state(), "wide"),
     ];
     let lengths: Vec<usize> = requests.iter().filter(|r| r.len() == 1).map(|r| r[0].ids.len()).collect();
-    let padded = decider::batch::plan_batches(&lengths).into_iter().any(|g| g.iter().any(|&i| lengths[i] != lengths[g[0]]));
+    let padded =
+        decider::batch::plan_batches(&lengths).into_iter().any(|g| g.iter().any(|&i| lengths[i] != lengths[g[0]]));
     assert!(padded, "some single rows of unequal length share a batch, so some are padded: {lengths:?}");
     let together = decider.slot_probabilities_of(&requests.iter().map(Vec::as_slice).collect::<Vec<_>>());
     assert_eq!(together.len(), requests.len());
@@ -71,7 +77,8 @@ fn requests_scored_together_answer_as_scored_alone() {
         let alone = decider.slot_probabilities(rows).unwrap();
         let together = together.unwrap();
         assert_eq!(together.len(), alone.len(), "request {i}: one answer per slot");
-        let worst = together.iter().flatten().zip(alone.iter().flatten()).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+        let worst =
+            together.iter().flatten().zip(alone.iter().flatten()).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
         assert!(worst < 1e-5, "request {i}: together and alone differ by {worst}");
     }
 }
@@ -121,7 +128,10 @@ fn packed_rows_read_every_slot() {
 fn decide_answers_each_question_in_one_packed_row() {
     let decider = Decider::<B>::demo(&Default::default());
     let questions = [
-        DecideQuestion { question: "Which team?".into(), options: vec!["billing".into(), "technical".into(), "sales".into()] },
+        DecideQuestion {
+            question: "Which team?".into(),
+            options: vec!["billing".into(), "technical".into(), "sales".into()],
+        },
         DecideQuestion { question: "Sentiment?".into(), options: vec!["negative".into(), "positive".into()] },
     ];
     let answers = decider.decide("My card was charged twice.", &questions, 0.0).unwrap();
@@ -164,12 +174,17 @@ fn label_logits_equal_the_full_output_head_at_the_label_columns() {
         let row = &plan.rows[0];
         let ours = decider.slot_logits(std::slice::from_ref(row));
         let ids: Vec<i64> = row.ids.iter().map(|&i| i as i64).collect();
-        let logits = decider.model().forward(Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, row.ids.len()]), &device));
+        let logits =
+            decider.model().forward(Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, row.ids.len()]), &device));
         let at_slot = logits.slice([0..1, row.slots[0]..row.slots[0] + 1]).into_data().into_vec::<f32>().unwrap();
         let labels = &decider.prompter().tokenizer.labels().ids;
         for (j, &id) in labels.iter().enumerate() {
             let full = at_slot[id as usize];
-            assert!((ours[0][j] - full).abs() <= 1e-5 * full.abs().max(1.0), "{name}: label {j}: {} vs {full}", ours[0][j]);
+            assert!(
+                (ours[0][j] - full).abs() <= 1e-5 * full.abs().max(1.0),
+                "{name}: label {j}: {} vs {full}",
+                ours[0][j]
+            );
         }
     }
 }
@@ -188,7 +203,8 @@ fn non_finite_logits_are_an_error_not_an_answer() {
     let error = decider.system_one(state(), questions()).expect_err("NaN logits are an error");
     assert!(matches!(error, decider::DeciderError::NonFinite(_)), "{error}");
     assert!(error.to_string().contains("are NaN or infinite"), "{error}");
-    let error = decider.decide_json("context", Some(&json!({"Q?": {"type": "bool"}}).into())).expect_err("and on /decide");
+    let error =
+        decider.decide_json("context", Some(&json!({"Q?": {"type": "bool"}}).into())).expect_err("and on /decide");
     assert!(error.to_string().contains("are NaN or infinite"), "{error}");
 }
 

@@ -7,14 +7,17 @@ use serde_json::Value;
 
 fn cases() -> Vec<Value> {
     let path = format!("{}/../../tests/fixtures/json/loads.json", env!("CARGO_MANIFEST_DIR"));
-    let record: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("the JSON fixture")).expect("fixture JSON");
+    let record: Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("the JSON fixture")).expect("fixture JSON");
     record["cases"].as_array().expect("cases").clone()
 }
 
 fn source(case: &Value) -> Vec<u8> {
     match (case["text"].as_str(), case["hex"].as_str()) {
         (Some(text), _) => text.as_bytes().to_vec(),
-        (None, Some(hex)) => (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect(),
+        (None, Some(hex)) => {
+            (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect()
+        }
         _ => panic!("a case has text or hex: {case}"),
     }
 }

@@ -36,7 +36,12 @@ fn options(case: &Value) -> PlanOptions {
 /// Rows as the fixtures write them.
 fn expected_rows(rows: &[decider::Row]) -> Vec<ExpectedRow> {
     rows.iter()
-        .map(|r| ExpectedRow { ids: r.ids.clone(), slots: r.slots.clone(), types: r.types.iter().map(|t| t.as_str().to_string()).collect(), nopts: r.nopts.clone() })
+        .map(|r| ExpectedRow {
+            ids: r.ids.clone(),
+            slots: r.slots.clone(),
+            types: r.types.iter().map(|t| t.as_str().to_string()).collect(),
+            nopts: r.nopts.clone(),
+        })
         .collect()
 }
 
@@ -50,13 +55,22 @@ fn both_prompt_paths_equal_the_reference() {
     for case in &cases {
         let name = format!("{} (neutralize_none {})", case["name"].as_str().unwrap(), case["neutralize_none"]);
         let config = json!({"version": "t", "neutralize_none": case["neutralize_none"], "isolated_levels": case["isolated_levels"]});
-        let prompter = Prompter { tokenizer: Tokenizer::test_tokenizer(), config: DeciderConfig::from_json(&config.to_string()).unwrap() };
+        let prompter = Prompter {
+            tokenizer: Tokenizer::test_tokenizer(),
+            config: DeciderConfig::from_json(&config.to_string()).unwrap(),
+        };
         let mut request = SystemOneRequest::new(case["state"].clone(), case["questions"].as_object().unwrap().clone());
         request.independent = case["independent"].as_bool().unwrap();
-        for (path, plan) in [("library", prompter.plan_library(&request).unwrap()), ("server", prompter.plan(&request).unwrap())] {
+        for (path, plan) in
+            [("library", prompter.plan_library(&request).unwrap()), ("server", prompter.plan(&request).unwrap())]
+        {
             let expected: Vec<ExpectedRow> = serde_json::from_value(case[path]["rows"].clone()).unwrap();
             assert_eq!(expected_rows(&plan.rows), expected, "{name}: the {path} path");
-            assert_eq!(plan.input_tokens() as u64, case[path]["input_tokens"].as_u64().unwrap(), "{name}: the {path} path's input tokens");
+            assert_eq!(
+                plan.input_tokens() as u64,
+                case[path]["input_tokens"].as_u64().unwrap(),
+                "{name}: the {path} path's input tokens"
+            );
         }
         differ += usize::from(case["library"]["rows"] != case["server"]["rows"]);
     }
@@ -83,7 +97,9 @@ fn prompt_rows_equal_the_reference() {
         let result = plan(&tokenizer, &state, questions.as_dict().unwrap(), options(case));
         match (case.get("error"), result) {
             (Some(expected), Err(e)) if e.to_string() == expected.as_str().unwrap() => refused += 1,
-            (Some(expected), other) => failures.push(format!("{name}: expected error {expected}, got {:?}", other.map(|p| p.rows.len()))),
+            (Some(expected), other) => {
+                failures.push(format!("{name}: expected error {expected}, got {:?}", other.map(|p| p.rows.len())))
+            }
             (None, Err(e)) => failures.push(format!("{name}: unexpected error {e}")),
             (None, Ok(plan)) => {
                 let expected: Vec<ExpectedRow> = serde_json::from_value(case["rows"].clone()).unwrap();
@@ -91,11 +107,16 @@ fn prompt_rows_equal_the_reference() {
                 let rendered = render_state(&state);
                 if ours != expected {
                     let first = ours.iter().zip(&expected).position(|(a, b)| a != b);
-                    failures.push(format!("{name}: rows differ ({} vs {} rows, first differing row {first:?})", ours.len(), expected.len()));
+                    failures.push(format!(
+                        "{name}: rows differ ({} vs {} rows, first differing row {first:?})",
+                        ours.len(),
+                        expected.len()
+                    ));
                 } else if plan.input_tokens() as u64 != case["input_tokens"].as_u64().unwrap() {
                     failures.push(format!("{name}: input_tokens {} vs {}", plan.input_tokens(), case["input_tokens"]));
                 } else if rendered != case["rendered_state"].as_str().unwrap() {
-                    failures.push(format!("{name}: state renders as {rendered:?}, reference {}", case["rendered_state"]));
+                    failures
+                        .push(format!("{name}: state renders as {rendered:?}, reference {}", case["rendered_state"]));
                 } else {
                     matched += 1;
                 }
@@ -115,7 +136,13 @@ fn answers_equal_the_reference() {
     for case in &cases {
         let name = case["name"].as_str().unwrap();
         let questions = Json::from(case["questions"].clone());
-        let plan = plan(&tokenizer, &Json::from(""), questions.as_dict().unwrap(), PlanOptions { max_state_tokens: 32768, ..options(case) }).unwrap();
+        let plan = plan(
+            &tokenizer,
+            &Json::from(""),
+            questions.as_dict().unwrap(),
+            PlanOptions { max_state_tokens: 32768, ..options(case) },
+        )
+        .unwrap();
         let probs: Vec<Vec<f64>> = serde_json::from_value(case["probs"].clone()).unwrap();
         // As text, so the keys' order is compared too (the fixture keeps the reference's).
         let ours = serde_json::to_string(&assemble(&plan.questions, &probs)).unwrap();
@@ -148,7 +175,11 @@ fn readout_probabilities_equal_torch_softmax() {
 #[test]
 fn temperature_configs_are_validated_as_the_reference() {
     let cases = fixture("answers.json")["temperature_configs"].as_array().unwrap().clone();
-    let kinds = [("choice", decider::AnswerType::Choice), ("noul", decider::AnswerType::Noul), ("score", decider::AnswerType::Score)];
+    let kinds = [
+        ("choice", decider::AnswerType::Choice),
+        ("noul", decider::AnswerType::Noul),
+        ("score", decider::AnswerType::Score),
+    ];
     for case in &cases {
         let name = case["name"].as_str().unwrap();
         let result = DeciderConfig::from_value(&Json::from(case["config"].clone()));
@@ -166,7 +197,10 @@ fn temperature_configs_are_validated_as_the_reference() {
                                 let [a, b, min]: [f64; 3] = serde_json::from_value(abm.clone()).unwrap();
                                 min.max(a + b * (n.max(2) as f64).ln())
                             }
-                            None => ok["by_type"].get(key).and_then(Value::as_f64).unwrap_or(ok["temperature"].as_f64().unwrap()),
+                            None => ok["by_type"]
+                                .get(key)
+                                .and_then(Value::as_f64)
+                                .unwrap_or(ok["temperature"].as_f64().unwrap()),
                         };
                         assert_eq!(config.temperatures.of(kind, n), expected, "{name}: {key} with {n} options");
                     }

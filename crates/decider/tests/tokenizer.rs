@@ -32,7 +32,13 @@ fn test_tokenizer_equals_reference_encoder_over_corpus() {
         .filter(|line| tokenizer.encode(&line.text) != line.ids)
         .map(|line| format!("{:?}: got {:?}, reference {:?}", line.text, tokenizer.encode(&line.text), line.ids))
         .collect();
-    assert!(mismatches.is_empty(), "{} of {} texts differ:\n{}", mismatches.len(), corpus.len(), mismatches[..mismatches.len().min(5)].join("\n"));
+    assert!(
+        mismatches.is_empty(),
+        "{} of {} texts differ:\n{}",
+        mismatches.len(),
+        corpus.len(),
+        mismatches[..mismatches.len().min(5)].join("\n")
+    );
 }
 
 #[test]
@@ -69,7 +75,8 @@ fn reading_the_bpe_directly_equals_tokenizers_own_reading() {
         *merge = serde_json::Value::String(format!("{} {}", merge[0].as_str().unwrap(), merge[1].as_str().unwrap()));
     }
     let legacy = serde_json::to_vec(&legacy).unwrap();
-    let texts: Vec<String> = corpus().into_iter().map(|line| line.text).chain(["<|endoftext|> x <|im_start|>user\n".to_string()]).collect();
+    let texts: Vec<String> =
+        corpus().into_iter().map(|line| line.text).chain(["<|endoftext|> x <|im_start|>user\n".to_string()]).collect();
     for (form, json) in [("pairs", json), ("joined", legacy)] {
         let own = tokenizers::Tokenizer::from_bytes(&json).unwrap();
         let ours = Tokenizer::from_json_bytes(&json).unwrap();

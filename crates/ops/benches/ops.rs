@@ -16,8 +16,9 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor, TensorData};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use decider_ops::{
-    ActivationBits, DenseMatmul, ExpertCount, Q8_BLOCK, dense_matmul, Q8Matmul, UnitLowerInverse, expert_count, generic, grouped_matmul, grouped_q8_matmul, block_scales, q8_matmul, q8_values,
-    quantize_q8, reference, unit_lower_inverse,
+    ActivationBits, DenseMatmul, ExpertCount, Q8_BLOCK, Q8Matmul, UnitLowerInverse, block_scales, dense_matmul,
+    expert_count, generic, grouped_matmul, grouped_q8_matmul, q8_matmul, q8_values, quantize_q8, reference,
+    unit_lower_inverse,
 };
 
 /// `(beta k) k^T * decay` for unit keys that share a strong common direction, strictly lower.
@@ -110,7 +111,10 @@ fn bench_backend<B: ExpertCount + UnitLowerInverse + Q8Matmul + DenseMatmul>(c: 
                 sync()
             })
         });
-        for (name, bits) in [("q8_specialised_8_bit_activations", ActivationBits::Eight), ("q8_specialised_16_bit_activations", ActivationBits::Sixteen)] {
+        for (name, bits) in [
+            ("q8_specialised_8_bit_activations", ActivationBits::Eight),
+            ("q8_specialised_16_bit_activations", ActivationBits::Sixteen),
+        ] {
             group.bench_with_input(BenchmarkId::new(name, tokens), &x, |b, x| {
                 b.iter(|| {
                     let _ = q8_matmul(x.clone(), values.clone(), scales.clone(), bits);
@@ -137,7 +141,8 @@ fn bench_backend<B: ExpertCount + UnitLowerInverse + Q8Matmul + DenseMatmul>(c: 
     let scales = block_scales::<B, 3>(scales, [experts, d_out, d_in / Q8_BLOCK], &device);
     for rows_each in [4, 16] {
         let x = Tensor::<B, 2>::random([experts * rows_each, d_in], Distribution::Normal(0.0, 1.0), &device);
-        let counts = Tensor::<B, 1, Int>::from_data(TensorData::new(vec![rows_each as i64; experts], [experts]), &device);
+        let counts =
+            Tensor::<B, 1, Int>::from_data(TensorData::new(vec![rows_each as i64; experts], [experts]), &device);
         sync();
         let shape = format!("{rows_each}_rows_each");
         group.bench_with_input(BenchmarkId::new("f32_specialised", &shape), &x, |b, x| {
@@ -148,19 +153,30 @@ fn bench_backend<B: ExpertCount + UnitLowerInverse + Q8Matmul + DenseMatmul>(c: 
         });
         group.bench_with_input(BenchmarkId::new("f32_generic", &shape), &x, |b, x| {
             b.iter(|| {
-                let _ = generic::grouped_matmul::<B>(x.clone().into_primitive().tensor(), weights.clone().into_primitive().tensor(), counts.clone().into_primitive());
+                let _ = generic::grouped_matmul::<B>(
+                    x.clone().into_primitive().tensor(),
+                    weights.clone().into_primitive().tensor(),
+                    counts.clone().into_primitive(),
+                );
                 sync()
             })
         });
         group.bench_with_input(BenchmarkId::new("q8_specialised", &shape), &x, |b, x| {
             b.iter(|| {
-                let _ = grouped_q8_matmul(x.clone(), values.clone(), scales.clone(), counts.clone(), ActivationBits::Eight);
+                let _ =
+                    grouped_q8_matmul(x.clone(), values.clone(), scales.clone(), counts.clone(), ActivationBits::Eight);
                 sync()
             })
         });
         group.bench_with_input(BenchmarkId::new("q8_generic", &shape), &x, |b, x| {
             b.iter(|| {
-                let _ = generic::grouped_q8_matmul::<B>(x.clone().into_primitive().tensor(), values.clone().into_primitive(), scales.clone().into_primitive(), counts.clone().into_primitive(), ActivationBits::Eight);
+                let _ = generic::grouped_q8_matmul::<B>(
+                    x.clone().into_primitive().tensor(),
+                    values.clone().into_primitive(),
+                    scales.clone().into_primitive(),
+                    counts.clone().into_primitive(),
+                    ActivationBits::Eight,
+                );
                 sync()
             })
         });
@@ -173,7 +189,10 @@ fn bench_backend<B: ExpertCount + UnitLowerInverse + Q8Matmul + DenseMatmul>(c: 
 /// runs, 8- and 16-bit activations.
 #[cfg(all(feature = "cpu-kernels", target_arch = "x86_64"))]
 fn bench_cpu_forms(c: &mut Criterion) {
-    use decider_ops::cpu::{self, integer_dot::{self as dot, DotIsa}};
+    use decider_ops::cpu::{
+        self,
+        integer_dot::{self as dot, DotIsa},
+    };
     use decider_ops::round_activations;
     let mut seed = 1u32;
     let mut next = move || {
@@ -193,7 +212,16 @@ fn bench_cpu_forms(c: &mut Criterion) {
                 // The generic form is the baseline; at 2048 tokens it only makes the run long.
                 if tokens <= 512 {
                     group.bench_function(BenchmarkId::new(format!("dequantized_{bits:?}"), tokens), |b| {
-                        b.iter(|| cpu::dequantized_q8_matmul(&round_activations(&x, d_in, bits), tokens, &values, &scales, d_out, d_in))
+                        b.iter(|| {
+                            cpu::dequantized_q8_matmul(
+                                &round_activations(&x, d_in, bits),
+                                tokens,
+                                &values,
+                                &scales,
+                                d_out,
+                                d_in,
+                            )
+                        })
                     });
                 }
                 for isa in DotIsa::ALL.into_iter().filter(|isa| isa.available()) {

@@ -90,7 +90,11 @@ impl BlockStorage {
 }
 
 /// Rows of bytes `[..., count]` (row-major) as [`BlockStorage::Words`] of backend `B`.
-pub(crate) fn words<B: Backend, const D: usize>(bytes: Vec<u8>, dims: [usize; D], device: &B::Device) -> Tensor<B, D, Int> {
+pub(crate) fn words<B: Backend, const D: usize>(
+    bytes: Vec<u8>,
+    dims: [usize; D],
+    device: &B::Device,
+) -> Tensor<B, D, Int> {
     let count = dims[D - 1];
     let width = count.div_ceil(WORD_BYTES);
     let words: Vec<i32> = match count {
@@ -122,7 +126,12 @@ pub(crate) fn bytes_f32<B: Backend, const D: usize>(held: Tensor<B, D, Int>, sto
     let rows = dims[..D - 1].iter().product::<usize>();
     let flat = held.reshape([rows, width]);
     let lanes = (0..WORD_BYTES)
-        .map(|k| flat.clone().bitwise_right_shift_scalar((8 * k as i32).elem()).bitwise_and_scalar(0xffi32.elem()).reshape([rows, width, 1]))
+        .map(|k| {
+            flat.clone()
+                .bitwise_right_shift_scalar((8 * k as i32).elem())
+                .bitwise_and_scalar(0xffi32.elem())
+                .reshape([rows, width, 1])
+        })
         .collect();
     let mut bytes = dims;
     bytes[D - 1] = width * WORD_BYTES;

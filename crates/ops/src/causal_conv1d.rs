@@ -19,7 +19,11 @@ pub trait CausalConv1d: Backend {
     /// along time, returns `silu(Σ_j window[t + j] · weight[:, j])` for each token `t`
     /// (`[batch, len, channels]`) and the window's last `K - 1` rows (the next call's history).
     /// The default is [`generic::causal_conv1d`].
-    fn causal_conv1d(x: FloatTensor<Self>, history: FloatTensor<Self>, weight: FloatTensor<Self>) -> (FloatTensor<Self>, FloatTensor<Self>) {
+    fn causal_conv1d(
+        x: FloatTensor<Self>,
+        history: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         by_tensor_ops::<Self>(x, history, weight)
     }
 
@@ -36,7 +40,11 @@ pub(crate) const GENERIC_WORKSPACE: usize = 3;
 
 /// [`generic::causal_conv1d`] on primitives: the default, and the fallback of the kernels for
 /// what they do not take.
-pub(crate) fn by_tensor_ops<B: Backend>(x: FloatTensor<B>, history: FloatTensor<B>, weight: FloatTensor<B>) -> (FloatTensor<B>, FloatTensor<B>) {
+pub(crate) fn by_tensor_ops<B: Backend>(
+    x: FloatTensor<B>,
+    history: FloatTensor<B>,
+    weight: FloatTensor<B>,
+) -> (FloatTensor<B>, FloatTensor<B>) {
     let float3 = |x| Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(x));
     let weight = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(weight));
     let (out, history) = generic::causal_conv1d(float3(x), float3(history), weight);
@@ -44,7 +52,11 @@ pub(crate) fn by_tensor_ops<B: Backend>(x: FloatTensor<B>, history: FloatTensor<
 }
 
 /// See [`CausalConv1d::causal_conv1d`]; the shapes are checked here.
-pub fn causal_conv1d<B: CausalConv1d>(x: Tensor<B, 3>, history: Tensor<B, 3>, weight: Tensor<B, 2>) -> (Tensor<B, 3>, Tensor<B, 3>) {
+pub fn causal_conv1d<B: CausalConv1d>(
+    x: Tensor<B, 3>,
+    history: Tensor<B, 3>,
+    weight: Tensor<B, 2>,
+) -> (Tensor<B, 3>, Tensor<B, 3>) {
     let ([batch, _, channels], [hb, past, hc], [wc, kernel]) = (x.dims(), history.dims(), weight.dims());
     assert!(
         kernel >= 1 && [hb, past, hc] == [batch, kernel - 1, channels] && wc == channels,
@@ -54,6 +66,10 @@ pub fn causal_conv1d<B: CausalConv1d>(x: Tensor<B, 3>, history: Tensor<B, 3>, we
         weight.dims()
     );
     let float = |x: FloatTensor<B>| Tensor::from_primitive(TensorPrimitive::Float(x));
-    let (out, history) = B::causal_conv1d(x.into_primitive().tensor(), history.into_primitive().tensor(), weight.into_primitive().tensor());
+    let (out, history) = B::causal_conv1d(
+        x.into_primitive().tensor(),
+        history.into_primitive().tensor(),
+        weight.into_primitive().tensor(),
+    );
     (float(out), float(history))
 }

@@ -34,15 +34,25 @@ pub trait DenseMatmul: Backend {
 pub fn dense_matmul<B: DenseMatmul>(x: Tensor<B, 2>, weight: Tensor<B, 2>) -> Tensor<B, 2> {
     let ([_, d_in], [w_in, _]) = (x.dims(), weight.dims());
     assert_eq!(d_in, w_in, "dense_matmul: x has {d_in} columns, the weight {w_in} rows");
-    Tensor::from_primitive(TensorPrimitive::Float(B::dense_matmul(x.into_primitive().tensor(), weight.into_primitive().tensor())))
+    Tensor::from_primitive(TensorPrimitive::Float(B::dense_matmul(
+        x.into_primitive().tensor(),
+        weight.into_primitive().tensor(),
+    )))
 }
 
 /// `x [rows, in]`, sorted by expert with `counts [experts]` rows each, times each row's expert's
 /// weight of `weights [experts, in, out]`: `[rows, out]`. The counts must sum to `rows` (checked
 /// where a kernel reads them; not checked here, which would read them back from the device).
-pub fn grouped_matmul<B: DenseMatmul>(x: Tensor<B, 2>, weights: Tensor<B, 3>, counts: Tensor<B, 1, Int>) -> Tensor<B, 2> {
+pub fn grouped_matmul<B: DenseMatmul>(
+    x: Tensor<B, 2>,
+    weights: Tensor<B, 3>,
+    counts: Tensor<B, 1, Int>,
+) -> Tensor<B, 2> {
     let ([_, d_in], [experts, w_in, _], [c]) = (x.dims(), weights.dims(), counts.dims());
-    assert!(d_in == w_in && c == experts, "grouped_matmul: x [_, {d_in}], weights [{experts}, {w_in}, _] and counts [{c}] do not match");
+    assert!(
+        d_in == w_in && c == experts,
+        "grouped_matmul: x [_, {d_in}], weights [{experts}, {w_in}, _] and counts [{c}] do not match"
+    );
     Tensor::from_primitive(TensorPrimitive::Float(B::grouped_matmul(
         x.into_primitive().tensor(),
         weights.into_primitive().tensor(),

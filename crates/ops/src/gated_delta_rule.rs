@@ -56,7 +56,14 @@ pub(crate) fn chunked<B: UnitLowerInverse>(
 ) -> (FloatTensor<B>, FloatTensor<B>) {
     let float4 = |x| Tensor::<B, 4>::from_primitive(TensorPrimitive::Float(x));
     let float3 = |x| Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(x));
-    let (out, state) = crate::generic::chunked_gated_delta_rule(float4(q), float4(k), float4(v), float3(g), float3(beta), float4(state));
+    let (out, state) = crate::generic::chunked_gated_delta_rule(
+        float4(q),
+        float4(k),
+        float4(v),
+        float3(g),
+        float3(beta),
+        float4(state),
+    );
     (out.into_primitive().tensor(), state.into_primitive().tensor())
 }
 

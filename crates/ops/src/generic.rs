@@ -65,9 +65,7 @@ pub fn unit_lower_inverse<B: Backend>(a: Tensor<B, 3>) -> Tensor<B, 3> {
         inverted = Tensor::cat(vec![top, bottom], 2);
         s *= 2;
     }
-    inverted
-        .reshape([batch, size, size])
-        .slice([0..batch, 0..n, 0..n])
+    inverted.reshape([batch, size, size]).slice([0..batch, 0..n, 0..n])
 }
 
 /// The diagonal `b x b` blocks of `[batch, size, size]` matrices, as `[batch, size / b, b, b]`.
@@ -79,10 +77,7 @@ fn diagonal_blocks<B: Backend>(a: Tensor<B, 3>, b: usize) -> Tensor<B, 4> {
     let [batch, size, _] = a.dims();
     let device = a.device();
     let count = size / b;
-    let flat = Tensor::cat(
-        vec![a.reshape([batch, size * size]), Tensor::zeros([batch, size], &device)],
-        1,
-    );
+    let flat = Tensor::cat(vec![a.reshape([batch, size * size]), Tensor::zeros([batch, size], &device)], 1);
     flat.reshape([batch, count, b * size + b])
         .slice([0..batch, 0..count, 0..b * size])
         .reshape([batch, count, b, size])
@@ -91,14 +86,20 @@ fn diagonal_blocks<B: Backend>(a: Tensor<B, 3>, b: usize) -> Tensor<B, 4> {
 
 /// `round(x) · Wᵀ` with the Q8_0 weight dequantized first (`[out, in / 32, 32]` values times
 /// their block's scale), then one float matmul on the activations rounded to `bits`.
-pub fn q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>, bits: ActivationBits) -> Tensor<B, 2> {
+pub fn q8_matmul<B: Q8Matmul>(
+    x: Tensor<B, 2>,
+    values: Tensor<B, 2, Int>,
+    scales: Tensor<B, 2, Int>,
+    bits: ActivationBits,
+) -> Tensor<B, 2> {
     let ([n, d_in], [out, _]) = (x.dims(), values.dims());
     if n == 0 {
         // burn-ndarray 0.21's matmul divides by the row count.
         return Tensor::zeros([0, out], &x.device());
     }
     let blocks = d_in / crate::Q8_BLOCK;
-    let weight = crate::q8_values_f32(values).reshape([out, blocks, crate::Q8_BLOCK]) * crate::block_scales_f32(scales, blocks).reshape([out, blocks, 1]);
+    let weight = crate::q8_values_f32(values).reshape([out, blocks, crate::Q8_BLOCK])
+        * crate::block_scales_f32(scales, blocks).reshape([out, blocks, 1]);
     round_activations(x, bits).matmul(weight.reshape([out, d_in]).transpose())
 }
 
@@ -165,7 +166,11 @@ fn round_activations<B: Backend>(x: Tensor<B, 2>, bits: ActivationBits) -> Tenso
 
 /// The causal conv as burn tensor ops: the window `history ++ x` along time, then for each tap
 /// `j` the window shifted by `j` times the weight's column `j`, summed; burn's SiLU.
-pub fn causal_conv1d<B: Backend>(x: Tensor<B, 3>, history: Tensor<B, 3>, weight: Tensor<B, 2>) -> (Tensor<B, 3>, Tensor<B, 3>) {
+pub fn causal_conv1d<B: Backend>(
+    x: Tensor<B, 3>,
+    history: Tensor<B, 3>,
+    weight: Tensor<B, 2>,
+) -> (Tensor<B, 3>, Tensor<B, 3>) {
     let [batch, len, channels] = x.dims();
     let kernel = weight.dims()[1];
     // burn cannot narrow to nothing: no tokens leave the history as it is, and with K = 1 there
@@ -216,63 +221,101 @@ pub fn dense_matmul<B: Backend>(x: FloatTensor<B>, weight: FloatTensor<B>) -> Fl
 }
 
 /// [`crate::grouped_matmul`] as a [`DenseMatmul::dense_matmul`] per expert with rows.
-pub fn grouped_matmul<B: DenseMatmul>(x: FloatTensor<B>, weights: FloatTensor<B>, counts: IntTensor<B>) -> FloatTensor<B> {
+pub fn grouped_matmul<B: DenseMatmul>(
+    x: FloatTensor<B>,
+    weights: FloatTensor<B>,
+    counts: IntTensor<B>,
+) -> FloatTensor<B> {
     let weights = Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(weights));
     let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(x));
     let [_, d_in, d_out] = weights.dims();
     per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| {
         let weight = weights.clone().narrow(0, expert, 1).reshape([d_in, d_out]);
-        Tensor::from_primitive(TensorPrimitive::Float(B::dense_matmul(x.into_primitive().tensor(), weight.into_primitive().tensor())))
+        Tensor::from_primitive(TensorPrimitive::Float(B::dense_matmul(
+            x.into_primitive().tensor(),
+            weight.into_primitive().tensor(),
+        )))
     })
     .into_primitive()
     .tensor()
 }
 
 /// [`crate::grouped_q8_matmul`] as a [`Q8Matmul::q8_matmul`] per expert with rows.
-pub fn grouped_q8_matmul<B: Q8Matmul>(x: FloatTensor<B>, values: IntTensor<B>, scales: IntTensor<B>, counts: IntTensor<B>, bits: ActivationBits) -> FloatTensor<B> {
+pub fn grouped_q8_matmul<B: Q8Matmul>(
+    x: FloatTensor<B>,
+    values: IntTensor<B>,
+    scales: IntTensor<B>,
+    counts: IntTensor<B>,
+    bits: ActivationBits,
+) -> FloatTensor<B> {
     let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(x));
     let (values, scales) = (Tensor::<B, 3, Int>::from_primitive(values), Tensor::<B, 3, Int>::from_primitive(scales));
     let d_out = values.dims()[1];
-    per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| crate::q8_matmul(x, expert_of(&values, expert), expert_of(&scales, expert), bits))
-        .into_primitive()
-        .tensor()
+    per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| {
+        crate::q8_matmul(x, expert_of(&values, expert), expert_of(&scales, expert), bits)
+    })
+    .into_primitive()
+    .tensor()
 }
 
 /// [`crate::grouped_q4_matmul`] as a [`Q4Matmul::q4_matmul`] per expert with rows.
-pub fn grouped_q4_matmul<B: Q4Matmul>(x: FloatTensor<B>, values: IntTensor<B>, scales: IntTensor<B>, counts: IntTensor<B>) -> FloatTensor<B> {
+pub fn grouped_q4_matmul<B: Q4Matmul>(
+    x: FloatTensor<B>,
+    values: IntTensor<B>,
+    scales: IntTensor<B>,
+    counts: IntTensor<B>,
+) -> FloatTensor<B> {
     let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(x));
     let (values, scales) = (Tensor::<B, 3, Int>::from_primitive(values), Tensor::<B, 3, Int>::from_primitive(scales));
     let d_out = values.dims()[1];
-    per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| crate::q4_matmul(x, expert_of(&values, expert), expert_of(&scales, expert)))
-        .into_primitive()
-        .tensor()
+    per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| {
+        crate::q4_matmul(x, expert_of(&values, expert), expert_of(&scales, expert))
+    })
+    .into_primitive()
+    .tensor()
 }
 
 /// Expert `expert`'s matrix of a stack `[experts, rows, cols]`.
-fn expert_of<B: Backend, K: burn::tensor::TensorKind<B> + burn::tensor::BasicOps<B>>(stack: &Tensor<B, 3, K>, expert: usize) -> Tensor<B, 2, K> {
+fn expert_of<B: Backend, K: burn::tensor::TensorKind<B> + burn::tensor::BasicOps<B>>(
+    stack: &Tensor<B, 3, K>,
+    expert: usize,
+) -> Tensor<B, 2, K> {
     let [_, rows, cols] = stack.dims();
     stack.clone().narrow(0, expert, 1).reshape([rows, cols])
 }
 
 /// [`crate::grouped_half_matmul`] as a [`HalfMatmul::half_matmul`] per expert with rows.
-pub fn grouped_half_matmul<B: HalfMatmul>(x: FloatTensor<B>, bits: IntTensor<B>, counts: IntTensor<B>, half: Half) -> FloatTensor<B> {
+pub fn grouped_half_matmul<B: HalfMatmul>(
+    x: FloatTensor<B>,
+    bits: IntTensor<B>,
+    counts: IntTensor<B>,
+    half: Half,
+) -> FloatTensor<B> {
     let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(x));
     let bits = Tensor::<B, 3, Int>::from_primitive(bits);
     let d_out = bits.dims()[1];
-    per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| crate::half_matmul(x, expert_of(&bits, expert), half))
-        .into_primitive()
-        .tensor()
+    per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| {
+        crate::half_matmul(x, expert_of(&bits, expert), half)
+    })
+    .into_primitive()
+    .tensor()
 }
 
 /// [`crate::grouped_half_float_matmul`] as a [`HalfMatmul::half_float_matmul`] per expert with
 /// rows.
-pub fn grouped_half_float_matmul<B: HalfMatmul>(x: FloatTensor<B>, weight: FloatTensor<B>, counts: IntTensor<B>) -> FloatTensor<B> {
+pub fn grouped_half_float_matmul<B: HalfMatmul>(
+    x: FloatTensor<B>,
+    weight: FloatTensor<B>,
+    counts: IntTensor<B>,
+) -> FloatTensor<B> {
     let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(x));
     let weight = Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(weight));
     let d_out = weight.dims()[1];
-    per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| crate::half_float_matmul(x, expert_of(&weight, expert)))
-        .into_primitive()
-        .tensor()
+    per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| {
+        crate::half_float_matmul(x, expert_of(&weight, expert))
+    })
+    .into_primitive()
+    .tensor()
 }
 
 /// The grouped products as a host loop: `x [rows, _]` cut into the `counts [experts]` rows of
@@ -335,7 +378,8 @@ pub fn chunked_gated_delta_rule<B: UnitLowerInverse>(
     // [batch * heads, chunks, C, .], right-padded with zeros: beta = 0 writes nothing and
     // g = 0 keeps the state.
     let to_chunks = |x: Tensor<B, 3>, width: usize| -> Tensor<B, 4> {
-        let x = if padded == len { x } else { Tensor::cat(vec![x, Tensor::zeros([bh, padded - len, width], &device)], 1) };
+        let x =
+            if padded == len { x } else { Tensor::cat(vec![x, Tensor::zeros([bh, padded - len, width], &device)], 1) };
         x.reshape([bh, chunks, c, width])
     };
     let heads_first = |x: Tensor<B, 4>, width: usize| to_chunks(x.swap_dims(1, 2).reshape([bh, len, width]), width);

@@ -17,7 +17,6 @@ use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, Element, Int, Shape, Tensor, TensorData, TensorPrimitive};
 use half::{bf16, f16};
 
-
 /// Which 16-bit float a weight's patterns are (bf16 by default, so that a collection of patterns
 /// can start empty).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -101,7 +100,12 @@ pub trait HalfMatmul: Backend {
     /// The grouped form (see [`crate::grouped_matmul`]): `x [rows, in]` sorted by expert,
     /// `counts [experts]` rows each; `bits [experts, out, in]`. Returns `[rows, out]`. The default
     /// is a [`HalfMatmul::half_matmul`] per expert with rows.
-    fn grouped_half_matmul(x: FloatTensor<Self>, bits: IntTensor<Self>, counts: IntTensor<Self>, half: Half) -> FloatTensor<Self> {
+    fn grouped_half_matmul(
+        x: FloatTensor<Self>,
+        bits: IntTensor<Self>,
+        counts: IntTensor<Self>,
+        half: Half,
+    ) -> FloatTensor<Self> {
         crate::generic::grouped_half_matmul::<Self>(x, bits, counts, half)
     }
 
@@ -110,13 +114,19 @@ pub trait HalfMatmul: Backend {
     /// backend's matmul.
     fn half_float_matmul(x: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {
         let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
-        crate::generic::half_float_matmul(x, Tensor::from_primitive(TensorPrimitive::Float(weight))).into_primitive().tensor()
+        crate::generic::half_float_matmul(x, Tensor::from_primitive(TensorPrimitive::Float(weight)))
+            .into_primitive()
+            .tensor()
     }
 
     /// The grouped form of [`HalfMatmul::half_float_matmul`], `weight [experts, out, in]`. The
     /// default is a [`HalfMatmul::half_float_matmul`] per expert with rows (so only their
     /// weights are cast).
-    fn grouped_half_float_matmul(x: FloatTensor<Self>, weight: FloatTensor<Self>, counts: IntTensor<Self>) -> FloatTensor<Self> {
+    fn grouped_half_float_matmul(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        counts: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
         crate::generic::grouped_half_float_matmul::<Self>(x, weight, counts)
     }
 }
@@ -131,13 +141,22 @@ pub fn holds_half_floats<B: Backend>(half: Half, device: &B::Device) -> bool {
 pub fn half_matmul<B: HalfMatmul>(x: Tensor<B, 2>, bits: Tensor<B, 2, Int>, half: Half) -> Tensor<B, 2> {
     let ([_, d_in], [out, w_in]) = (x.dims(), bits.dims());
     assert!(d_in == w_in, "half_matmul: x [_, {d_in}] and the weight [{out}, {w_in}] do not match");
-    Tensor::from_primitive(TensorPrimitive::Float(B::half_matmul(x.into_primitive().tensor(), bits.into_primitive(), half)))
+    Tensor::from_primitive(TensorPrimitive::Float(B::half_matmul(
+        x.into_primitive().tensor(),
+        bits.into_primitive(),
+        half,
+    )))
 }
 
 /// [`half_matmul`] grouped by expert: `x [rows, in]`, sorted by expert with `counts [experts]`
 /// rows each (summing to `rows`), times each row's expert's weight of `bits [experts, out, in]`.
 /// Returns `[rows, out]`.
-pub fn grouped_half_matmul<B: HalfMatmul>(x: Tensor<B, 2>, bits: Tensor<B, 3, Int>, counts: Tensor<B, 1, Int>, half: Half) -> Tensor<B, 2> {
+pub fn grouped_half_matmul<B: HalfMatmul>(
+    x: Tensor<B, 2>,
+    bits: Tensor<B, 3, Int>,
+    counts: Tensor<B, 1, Int>,
+    half: Half,
+) -> Tensor<B, 2> {
     let ([_, d_in], [experts, out, w_in], [c]) = (x.dims(), bits.dims(), counts.dims());
     assert!(
         d_in == w_in && c == experts,
@@ -155,12 +174,19 @@ pub fn grouped_half_matmul<B: HalfMatmul>(x: Tensor<B, 2>, bits: Tensor<B, 3, In
 pub fn half_float_matmul<B: HalfMatmul>(x: Tensor<B, 2>, weight: Tensor<B, 2>) -> Tensor<B, 2> {
     let ([_, d_in], [out, w_in]) = (x.dims(), weight.dims());
     assert!(d_in == w_in, "half_float_matmul: x [_, {d_in}] and the weight [{out}, {w_in}] do not match");
-    Tensor::from_primitive(TensorPrimitive::Float(B::half_float_matmul(x.into_primitive().tensor(), weight.into_primitive().tensor())))
+    Tensor::from_primitive(TensorPrimitive::Float(B::half_float_matmul(
+        x.into_primitive().tensor(),
+        weight.into_primitive().tensor(),
+    )))
 }
 
 /// [`half_float_matmul`] grouped by expert, as [`grouped_half_matmul`]: `weight [experts, out,
 /// in]` a float tensor of a 16-bit dtype.
-pub fn grouped_half_float_matmul<B: HalfMatmul>(x: Tensor<B, 2>, weight: Tensor<B, 3>, counts: Tensor<B, 1, Int>) -> Tensor<B, 2> {
+pub fn grouped_half_float_matmul<B: HalfMatmul>(
+    x: Tensor<B, 2>,
+    weight: Tensor<B, 3>,
+    counts: Tensor<B, 1, Int>,
+) -> Tensor<B, 2> {
     let ([_, d_in], [experts, out, w_in], [c]) = (x.dims(), weight.dims(), counts.dims());
     assert!(
         d_in == w_in && c == experts,
@@ -175,7 +201,12 @@ pub fn grouped_half_float_matmul<B: HalfMatmul>(x: Tensor<B, 2>, weight: Tensor<
 
 /// 16-bit patterns of `half` as a float tensor of that dtype, on a device that
 /// [`holds_half_floats`].
-pub fn half_floats<B: Backend, const D: usize>(bits: Vec<u16>, half: Half, shape: impl Into<Shape>, device: &B::Device) -> Tensor<B, D> {
+pub fn half_floats<B: Backend, const D: usize>(
+    bits: Vec<u16>,
+    half: Half,
+    shape: impl Into<Shape>,
+    device: &B::Device,
+) -> Tensor<B, D> {
     let data = match half {
         Half::F16 => TensorData::new(bits.into_iter().map(f16::from_bits).collect(), shape),
         Half::Bf16 => TensorData::new(bits.into_iter().map(bf16::from_bits).collect(), shape),
@@ -184,7 +215,11 @@ pub fn half_floats<B: Backend, const D: usize>(bits: Vec<u16>, half: Half, shape
 }
 
 /// 16-bit patterns `[...]` as a tensor of the backend's [`HalfMatmul::half_bits_dtype`].
-pub fn half_bits<B: HalfMatmul, const D: usize>(bits: Vec<u16>, shape: impl Into<Shape>, device: &B::Device) -> Tensor<B, D, Int> {
+pub fn half_bits<B: HalfMatmul, const D: usize>(
+    bits: Vec<u16>,
+    shape: impl Into<Shape>,
+    device: &B::Device,
+) -> Tensor<B, D, Int> {
     Tensor::from_data(TensorData::new(bits, shape), (device, B::half_bits_dtype()))
 }
 

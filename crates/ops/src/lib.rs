@@ -1,8 +1,8 @@
 #![doc = include_str!("../README.md")]
 
 pub mod backend_list;
-mod block_storage;
 mod backends;
+mod block_storage;
 mod causal_conv1d;
 #[cfg(feature = "cpu-kernels")]
 pub mod cpu;
@@ -10,12 +10,12 @@ mod dense_matmul;
 mod expert_count;
 mod gated_delta_rule;
 mod gating;
+pub mod generic;
 mod half_matmul;
 mod q4_matmul;
 mod q8_matmul;
-mod reshape;
-pub mod generic;
 pub mod reference;
+mod reshape;
 mod unit_lower_inverse;
 
 pub use block_storage::{BlockInts, BlockStorage, q4_bytes_f32};
@@ -26,12 +26,16 @@ pub use gated_delta_rule::{GatedDeltaRule, gated_delta_rule};
 pub use gating::{Gating, sigmoid, silu};
 pub(crate) use half_matmul::half_patterns_f32;
 pub use half_matmul::{
-    Half, HalfMatmul, grouped_half_float_matmul, grouped_half_matmul, half_bits, half_bits_f32, half_float_matmul, half_floats, half_matmul, holds_half_floats,
+    Half, HalfMatmul, grouped_half_float_matmul, grouped_half_matmul, half_bits, half_bits_f32, half_float_matmul,
+    half_floats, half_matmul, holds_half_floats,
 };
-pub use q4_matmul::{Q4_ACTIVATION_BITS, Q4_BLOCK, Q4Matmul, dequantize_q4, grouped_q4_matmul, q4_matmul, q4_values, q4_rows, quantize_q4, quantize_q4_block};
+pub use q4_matmul::{
+    Q4_ACTIVATION_BITS, Q4_BLOCK, Q4Matmul, dequantize_q4, grouped_q4_matmul, q4_matmul, q4_rows, q4_values,
+    quantize_q4, quantize_q4_block,
+};
 pub use q8_matmul::{
-    ActivationBits, Q8_BLOCK, Q8Matmul, block_scales, block_scales_f32, dequantize_q8, grouped_q8_matmul, q8_matmul, q8_rows, q8_values,
-    q8_values_f32, quantize_q8, quantize_q8_block, round_activations,
+    ActivationBits, Q8_BLOCK, Q8Matmul, block_scales, block_scales_f32, dequantize_q8, grouped_q8_matmul, q8_matmul,
+    q8_rows, q8_values, q8_values_f32, quantize_q8, quantize_q8_block, round_activations,
 };
 pub use reshape::{Reshape, reshape};
 pub use unit_lower_inverse::{UnitLowerInverse, unit_lower_inverse};

@@ -56,7 +56,12 @@ pub trait Q4Matmul: Q8Matmul {
     /// `counts [experts]` rows each; `values [experts, out, in / 2]` (each weight in
     /// [`Q4Matmul::q4_layout`]) and `scales [experts, out, in / 32]`. Returns `[rows, out]`. The
     /// default is a [`Q4Matmul::q4_matmul`] per expert with rows.
-    fn grouped_q4_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>, counts: IntTensor<Self>) -> FloatTensor<Self> {
+    fn grouped_q4_matmul(
+        x: FloatTensor<Self>,
+        values: IntTensor<Self>,
+        scales: IntTensor<Self>,
+        counts: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
         crate::generic::grouped_q4_matmul::<Self>(x, values, scales, counts)
     }
 }
@@ -74,13 +79,22 @@ pub fn q4_matmul<B: Q4Matmul>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales
         values.dims(),
         scales.dims()
     );
-    Tensor::from_primitive(TensorPrimitive::Float(B::q4_matmul(x.into_primitive().tensor(), values.into_primitive(), scales.into_primitive())))
+    Tensor::from_primitive(TensorPrimitive::Float(B::q4_matmul(
+        x.into_primitive().tensor(),
+        values.into_primitive(),
+        scales.into_primitive(),
+    )))
 }
 
 /// [`q4_matmul`] grouped by expert: `x [rows, in]`, sorted by expert with `counts [experts]`
 /// rows each, times each row's expert's weight, given as Q4_0 packed `values [experts, out, in /
 /// 2]` and `scales [experts, out, in / 32]`. Returns `[rows, out]`.
-pub fn grouped_q4_matmul<B: Q4Matmul>(x: Tensor<B, 2>, values: Tensor<B, 3, Int>, scales: Tensor<B, 3, Int>, counts: Tensor<B, 1, Int>) -> Tensor<B, 2> {
+pub fn grouped_q4_matmul<B: Q4Matmul>(
+    x: Tensor<B, 2>,
+    values: Tensor<B, 3, Int>,
+    scales: Tensor<B, 3, Int>,
+    counts: Tensor<B, 1, Int>,
+) -> Tensor<B, 2> {
     let ([_, d_in], [experts, out, _], [c]) = (x.dims(), values.dims(), counts.dims());
     let storage = B::block_storage();
     assert!(
@@ -103,16 +117,26 @@ pub fn grouped_q4_matmul<B: Q4Matmul>(x: Tensor<B, 2>, values: Tensor<B, 3, Int>
 /// Q4_0 packed bytes `[..., out, in / 2]` (one weight or a stack of them, as stored) as the
 /// backend's [`crate::Q8Matmul::block_storage`] holds them, each weight in its
 /// [`Q4Matmul::q4_layout`].
-pub fn q4_values<B: Q4Matmul, const D: usize>(packed: Vec<u8>, dims: [usize; D], device: &B::Device) -> Tensor<B, D, Int> {
+pub fn q4_values<B: Q4Matmul, const D: usize>(
+    packed: Vec<u8>,
+    dims: [usize; D],
+    device: &B::Device,
+) -> Tensor<B, D, Int> {
     let packed = B::q4_layout(packed, dims[D - 2], 2 * dims[D - 1]);
     q4_rows(packed, dims, device)
 }
 
 /// Q4_0 packed bytes `[..., rows, cols / 2]` as the backend's [`crate::Q8Matmul::block_storage`]
 /// holds them, in Q4_0's order (not a kernel's: the generic form reads them so).
-pub fn q4_rows<B: Q8Matmul, const D: usize>(packed: Vec<u8>, dims: [usize; D], device: &B::Device) -> Tensor<B, D, Int> {
+pub fn q4_rows<B: Q8Matmul, const D: usize>(
+    packed: Vec<u8>,
+    dims: [usize; D],
+    device: &B::Device,
+) -> Tensor<B, D, Int> {
     match B::block_storage() {
-        BlockStorage::OwnWidth | BlockStorage::Bytes => Tensor::from_data(TensorData::new(packed, dims), (device, DType::U8)),
+        BlockStorage::OwnWidth | BlockStorage::Bytes => {
+            Tensor::from_data(TensorData::new(packed, dims), (device, DType::U8))
+        }
         BlockStorage::Words => crate::block_storage::words(packed, dims, device),
     }
 }

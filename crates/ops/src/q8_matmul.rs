@@ -74,7 +74,12 @@ pub trait Q8Matmul: Backend {
     /// `x`: `[n, in]`, rounded to `bits`; `values`: `[out, in]` ints in `-127..=127` ([`q8_values`]:
     /// in the order of [`Q8Matmul::q8_layout`]); `scales`: `[out, in / 32]` f16 bits
     /// ([`block_scales`]); both as [`Q8Matmul::block_storage`] holds them. Returns `[n, out]`.
-    fn q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>, bits: ActivationBits) -> FloatTensor<Self> {
+    fn q8_matmul(
+        x: FloatTensor<Self>,
+        values: IntTensor<Self>,
+        scales: IntTensor<Self>,
+        bits: ActivationBits,
+    ) -> FloatTensor<Self> {
         let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
         let values = Tensor::<Self, 2, Int>::from_primitive(values);
         let scales = Tensor::<Self, 2, Int>::from_primitive(scales);
@@ -85,14 +90,25 @@ pub trait Q8Matmul: Backend {
     /// `counts [experts]` rows each; `values [experts, out, in]` (each weight in
     /// [`Q8Matmul::q8_layout`]) and `scales [experts, out, in / 32]`. Returns `[rows, out]`. The
     /// default is a [`Q8Matmul::q8_matmul`] per expert with rows.
-    fn grouped_q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>, counts: IntTensor<Self>, bits: ActivationBits) -> FloatTensor<Self> {
+    fn grouped_q8_matmul(
+        x: FloatTensor<Self>,
+        values: IntTensor<Self>,
+        scales: IntTensor<Self>,
+        counts: IntTensor<Self>,
+        bits: ActivationBits,
+    ) -> FloatTensor<Self> {
         crate::generic::grouped_q8_matmul::<Self>(x, values, scales, counts, bits)
     }
 }
 
 /// `round(x) [n, in] · Wᵀ -> [n, out]` with `W [out, in]` given as Q8_0 `values` and `scales`,
 /// `x` rounded to `bits`.
-pub fn q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>, bits: ActivationBits) -> Tensor<B, 2> {
+pub fn q8_matmul<B: Q8Matmul>(
+    x: Tensor<B, 2>,
+    values: Tensor<B, 2, Int>,
+    scales: Tensor<B, 2, Int>,
+    bits: ActivationBits,
+) -> Tensor<B, 2> {
     let ([_, d_in], [out, _]) = (x.dims(), values.dims());
     let storage = B::block_storage();
     assert!(
@@ -114,7 +130,13 @@ pub fn q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 2, Int>, scales
 /// [`q8_matmul`] grouped by expert: `x [rows, in]`, sorted by expert with `counts [experts]`
 /// rows each (summing to `rows`), times each row's expert's weight, given as Q8_0 `values
 /// [experts, out, in]` and `scales [experts, out, in / 32]`. Returns `[rows, out]`.
-pub fn grouped_q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 3, Int>, scales: Tensor<B, 3, Int>, counts: Tensor<B, 1, Int>, bits: ActivationBits) -> Tensor<B, 2> {
+pub fn grouped_q8_matmul<B: Q8Matmul>(
+    x: Tensor<B, 2>,
+    values: Tensor<B, 3, Int>,
+    scales: Tensor<B, 3, Int>,
+    counts: Tensor<B, 1, Int>,
+    bits: ActivationBits,
+) -> Tensor<B, 2> {
     let ([_, d_in], [experts, out, _], [c]) = (x.dims(), values.dims(), counts.dims());
     let storage = B::block_storage();
     assert!(
@@ -137,14 +159,22 @@ pub fn grouped_q8_matmul<B: Q8Matmul>(x: Tensor<B, 2>, values: Tensor<B, 3, Int>
 
 /// Q8_0 values `[..., out, in]` (one weight or a stack of them, row-major) as the backend's
 /// [`Q8Matmul::block_storage`] holds them, each weight in its [`Q8Matmul::q8_layout`].
-pub fn q8_values<B: Q8Matmul, const D: usize>(values: Vec<i8>, dims: [usize; D], device: &B::Device) -> Tensor<B, D, Int> {
+pub fn q8_values<B: Q8Matmul, const D: usize>(
+    values: Vec<i8>,
+    dims: [usize; D],
+    device: &B::Device,
+) -> Tensor<B, D, Int> {
     let values = B::q8_layout(values, dims[D - 2], dims[D - 1]);
     q8_rows(values, dims, device)
 }
 
 /// Q8_0 values `[..., rows, cols]` as the backend's [`Q8Matmul::block_storage`] holds them, in
 /// row order: for a matrix read a row at a time by index (a token table), not by [`q8_matmul`].
-pub fn q8_rows<B: Q8Matmul, const D: usize>(values: Vec<i8>, dims: [usize; D], device: &B::Device) -> Tensor<B, D, Int> {
+pub fn q8_rows<B: Q8Matmul, const D: usize>(
+    values: Vec<i8>,
+    dims: [usize; D],
+    device: &B::Device,
+) -> Tensor<B, D, Int> {
     // Plus 128 is the two's complement byte with its top bit flipped.
     let offset = || values.iter().map(|&v| v as u8 ^ 0x80).collect::<Vec<u8>>();
     match B::block_storage() {
@@ -168,12 +198,18 @@ pub fn q8_values_f32<B: Q8Matmul, const D: usize>(values: Tensor<B, D, Int>) -> 
 
 /// Q8_0 or Q4_0 scales `[..., rows, blocks]` as the backend's [`Q8Matmul::block_storage`] holds
 /// their f16 bits.
-pub fn block_scales<B: Q8Matmul, const D: usize>(scales: Vec<f16>, dims: [usize; D], device: &B::Device) -> Tensor<B, D, Int> {
+pub fn block_scales<B: Q8Matmul, const D: usize>(
+    scales: Vec<f16>,
+    dims: [usize; D],
+    device: &B::Device,
+) -> Tensor<B, D, Int> {
     let bytes = || scales.iter().flat_map(|d| d.to_le_bytes()).collect::<Vec<u8>>();
     let mut byte_dims = dims;
     byte_dims[D - 1] *= BlockInts::ScaleBits.bytes();
     match B::block_storage() {
-        BlockStorage::OwnWidth => Tensor::from_data(TensorData::new(scales.iter().map(|d| d.to_bits()).collect(), dims), (device, DType::U16)),
+        BlockStorage::OwnWidth => {
+            Tensor::from_data(TensorData::new(scales.iter().map(|d| d.to_bits()).collect(), dims), (device, DType::U16))
+        }
         BlockStorage::Bytes => Tensor::from_data(TensorData::new(bytes(), byte_dims), (device, DType::U8)),
         BlockStorage::Words => crate::block_storage::words(bytes(), byte_dims, device),
     }
@@ -305,7 +341,8 @@ mod tests {
 
     #[test]
     fn rounding_is_half_away_from_zero_as_roundf() {
-        let mut values = vec![0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 126.5, -126.5, 127.0, -127.0, 127.49, f32::MIN_POSITIVE];
+        let mut values =
+            vec![0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 126.5, -126.5, 127.0, -127.0, 127.49, f32::MIN_POSITIVE];
         // Either side of every half step, and a sweep of the range a block's values take.
         for k in -128..128 {
             let half = k as f32 + 0.5;
@@ -329,4 +366,3 @@ mod tests {
         assert!(values.iter().all(|v| (-127..=127).contains(v)), "{values:?}");
     }
 }
-

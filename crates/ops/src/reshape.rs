@@ -24,6 +24,10 @@ pub trait Reshape: Backend {
 /// If `dims` holds another number of elements than `x`.
 pub fn reshape<B: Reshape, const D1: usize, const D2: usize>(x: Tensor<B, D1>, dims: [usize; D2]) -> Tensor<B, D2> {
     let from = x.dims();
-    assert_eq!(from.iter().product::<usize>(), dims.iter().product::<usize>(), "reshape: {from:?} into {dims:?}: not as many elements");
+    assert_eq!(
+        from.iter().product::<usize>(),
+        dims.iter().product::<usize>(),
+        "reshape: {from:?} into {dims:?}: not as many elements"
+    );
     Tensor::from_primitive(TensorPrimitive::Float(B::reshape(x.into_primitive().tensor(), Shape::from(dims))))
 }

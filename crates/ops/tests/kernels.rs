@@ -4,15 +4,44 @@
 
 use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive, backend::Backend};
 use decider_ops::{
-    CausalConv1d, DenseMatmul, Gating, Reshape, causal_conv1d, reshape, sigmoid, silu, ExpertCount, GatedDeltaRule, Half, HalfMatmul, ActivationBits, BlockInts, Q4_ACTIVATION_BITS, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, UnitLowerInverse, block_scales, block_scales_f32, dense_matmul,
-    dequantize_q4, dequantize_q8, expert_count, gated_delta_rule, generic, grouped_half_float_matmul, grouped_half_matmul, grouped_matmul, grouped_q4_matmul, grouped_q8_matmul, half_bits,
-    half_bits_f32, half_float_matmul, half_floats, half_matmul, holds_half_floats, q4_matmul, q4_rows, q4_values, q8_matmul, q8_rows, q8_values, q8_values_f32, quantize_q4, quantize_q8, reference, unit_lower_inverse,
+    ActivationBits, BlockInts, CausalConv1d, DenseMatmul, ExpertCount, GatedDeltaRule, Gating, Half, HalfMatmul,
+    Q4_ACTIVATION_BITS, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, Reshape, UnitLowerInverse, block_scales,
+    block_scales_f32, causal_conv1d, dense_matmul, dequantize_q4, dequantize_q8, expert_count, gated_delta_rule,
+    generic, grouped_half_float_matmul, grouped_half_matmul, grouped_matmul, grouped_q4_matmul, grouped_q8_matmul,
+    half_bits, half_bits_f32, half_float_matmul, half_floats, half_matmul, holds_half_floats, q4_matmul, q4_rows,
+    q4_values, q8_matmul, q8_rows, q8_values, q8_values_f32, quantize_q4, quantize_q8, reference, reshape, sigmoid,
+    silu, unit_lower_inverse,
 };
 use half::{bf16, f16};
 
 /// Every extension of this crate.
-trait Ops: ExpertCount + UnitLowerInverse + Q8Matmul + Q4Matmul + HalfMatmul + DenseMatmul + GatedDeltaRule + CausalConv1d + Gating + Reshape {}
-impl<B: ExpertCount + UnitLowerInverse + Q8Matmul + Q4Matmul + HalfMatmul + DenseMatmul + GatedDeltaRule + CausalConv1d + Gating + Reshape> Ops for B {}
+trait Ops:
+    ExpertCount
+    + UnitLowerInverse
+    + Q8Matmul
+    + Q4Matmul
+    + HalfMatmul
+    + DenseMatmul
+    + GatedDeltaRule
+    + CausalConv1d
+    + Gating
+    + Reshape
+{
+}
+impl<
+    B: ExpertCount
+        + UnitLowerInverse
+        + Q8Matmul
+        + Q4Matmul
+        + HalfMatmul
+        + DenseMatmul
+        + GatedDeltaRule
+        + CausalConv1d
+        + Gating
+        + Reshape,
+> Ops for B
+{
+}
 
 /// A tiny deterministic generator (xorshift), so the tests need no RNG crate.
 struct Rng(u64);
@@ -116,10 +145,8 @@ fn check_inverses<B: Ops>(device: &B::Device, with_by_rows: bool) {
     for (case, n, matrices, tolerance) in inverse_cases() {
         let flat: Vec<f32> = matrices.iter().flatten().copied().collect();
         let a = Tensor::<B, 3>::from_data(TensorData::new(flat, [matrices.len(), n, n]), device);
-        let mut implementations = vec![
-            ("kernel", unit_lower_inverse(a.clone())),
-            ("generic", generic::unit_lower_inverse(a.clone())),
-        ];
+        let mut implementations =
+            vec![("kernel", unit_lower_inverse(a.clone())), ("generic", generic::unit_lower_inverse(a.clone()))];
         if with_by_rows {
             implementations.push(("by rows", reference::unit_lower_inverse_by_rows(a.clone())));
         }
@@ -128,7 +155,10 @@ fn check_inverses<B: Ops>(device: &B::Device, with_by_rows: bool) {
             for (b, m) in matrices.iter().enumerate() {
                 for (k, e) in naive_inverse(m, n).iter().enumerate() {
                     let got = x[b * n * n + k] as f64;
-                    assert!((got - e).abs() <= tolerance * e.abs().max(1.0), "{name}, {case}, matrix {b} entry {k}: {got} vs {e}");
+                    assert!(
+                        (got - e).abs() <= tolerance * e.abs().max(1.0),
+                        "{name}, {case}, matrix {b} entry {k}: {got} vs {e}"
+                    );
                 }
             }
         }
@@ -182,14 +212,31 @@ fn largest(bits: ActivationBits) -> f32 {
 
 /// `round(x) · Wᵀ` by plain loops in f64, `x` rounded to `bits` and `W` dequantized from Q8_0
 /// blocks; with each output's `sum |x w|`, the scale of its rounding error.
-fn naive_q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usize, d_in: usize, bits: ActivationBits) -> (Vec<f64>, Vec<f64>) {
-    naive_block_matmul(&round_by_rule(x, largest(bits)), n, d_out, d_in, |o, i| values[o * d_in + i] as f64 * scales[(o * d_in + i) / Q8_BLOCK].to_f64())
+fn naive_q8_matmul(
+    x: &[f32],
+    n: usize,
+    values: &[i8],
+    scales: &[f16],
+    d_out: usize,
+    d_in: usize,
+    bits: ActivationBits,
+) -> (Vec<f64>, Vec<f64>) {
+    naive_block_matmul(&round_by_rule(x, largest(bits)), n, d_out, d_in, |o, i| {
+        values[o * d_in + i] as f64 * scales[(o * d_in + i) / Q8_BLOCK].to_f64()
+    })
 }
 
 /// [`naive_q8_matmul`] with `x` rounded to [`Q4_ACTIVATION_BITS`] and `W` in Q4_0
 /// blocks, decoded as llama.cpp's `dequantize_row_q4_0` does: byte `j` of a block holds value `j`
 /// (low nibble) and value `j + 16` (high), each standing for `(q - 8) d`.
-fn naive_q4_matmul(x: &[f32], n: usize, packed: &[u8], scales: &[f16], d_out: usize, d_in: usize) -> (Vec<f64>, Vec<f64>) {
+fn naive_q4_matmul(
+    x: &[f32],
+    n: usize,
+    packed: &[u8],
+    scales: &[f16],
+    d_out: usize,
+    d_in: usize,
+) -> (Vec<f64>, Vec<f64>) {
     naive_block_matmul(&round_by_rule(x, largest(Q4_ACTIVATION_BITS)), n, d_out, d_in, |o, i| {
         let (block, j) = ((o * d_in + i) / Q4_BLOCK, i % Q4_BLOCK);
         let byte = packed[block * 16 + j % 16];
@@ -199,7 +246,13 @@ fn naive_q4_matmul(x: &[f32], n: usize, packed: &[u8], scales: &[f16], d_out: us
 }
 
 /// `x · Wᵀ` by plain loops in f64 for `W [d_out, d_in]` given entry by entry.
-fn naive_block_matmul(x: &[f64], n: usize, d_out: usize, d_in: usize, weight: impl Fn(usize, usize) -> f64) -> (Vec<f64>, Vec<f64>) {
+fn naive_block_matmul(
+    x: &[f64],
+    n: usize,
+    d_out: usize,
+    d_in: usize,
+    weight: impl Fn(usize, usize) -> f64,
+) -> (Vec<f64>, Vec<f64>) {
     let (mut out, mut magnitude) = (vec![0.0; n * d_out], vec![0.0; n * d_out]);
     for o in 0..d_out {
         let w: Vec<f64> = (0..d_in).map(|i| weight(o, i)).collect();
@@ -219,8 +272,18 @@ fn naive_block_matmul(x: &[f64], n: usize, d_out: usize, d_in: usize, weight: im
 /// of one, 31 a group of 15 or 7).
 /// The last spans two passes of the integer-dot kernels with 8-bit activations and three with
 /// 16-bit ones, the last pass shorter ([`MANY_PASSES`]).
-const Q8_SHAPES: [(usize, usize, usize); 10] =
-    [(1, 1, 32), (0, 5, 64), (3, 1, 32), (7, 65, 96), (2, 129, 256), (130, 64, 2048), (1, 3, 4096), (9, 17, 64), (17, 31, 160), MANY_PASSES];
+const Q8_SHAPES: [(usize, usize, usize); 10] = [
+    (1, 1, 32),
+    (0, 5, 64),
+    (3, 1, 32),
+    (7, 65, 96),
+    (2, 129, 256),
+    (130, 64, 2048),
+    (1, 3, 4096),
+    (9, 17, 64),
+    (17, 31, 160),
+    MANY_PASSES,
+];
 
 /// More tokens than one pass of `integer_dot`'s kernels holds, with a wide input.
 const MANY_PASSES: (usize, usize, usize) = (520, 17, 8192);
@@ -309,7 +372,8 @@ fn check_half_floats<B: Ops>(device: &B::Device) {
         let bits: Vec<u16> = (0..=u16::MAX).filter(|&b| half.is_finite(b)).collect();
         let floats = half_floats::<B, 2>(bits.clone(), half, [bits.len() / 2, 2], device);
         assert_eq!(floats.dtype(), half.dtype());
-        let decoded: Vec<f32> = floats.cast(burn::tensor::FloatDType::F32).into_data().convert::<f32>().to_vec().unwrap();
+        let decoded: Vec<f32> =
+            floats.cast(burn::tensor::FloatDType::F32).into_data().convert::<f32>().to_vec().unwrap();
         for (got, b) in decoded.iter().zip(&bits) {
             let want = half.to_f32(*b);
             assert_eq!(got.to_bits(), want.to_bits(), "{half:?} {b:#06x}: {got:e}, not {want:e}");
@@ -356,7 +420,18 @@ fn half_case(rng: &mut Rng, n: usize, d_out: usize, d_in: usize, half: Half) -> 
 
 /// The shapes of the block formats and ones no block format takes (inputs not a multiple of 32).
 const HALF_SHAPES: [(usize, usize, usize); 12] = [
-    (1, 1, 32), (0, 5, 64), (3, 1, 32), (7, 65, 96), (2, 129, 256), (130, 64, 2048), (1, 3, 4096), (9, 17, 64), (17, 31, 160), (1, 1, 1), (5, 3, 7), (33, 257, 33),
+    (1, 1, 32),
+    (0, 5, 64),
+    (3, 1, 32),
+    (7, 65, 96),
+    (2, 129, 256),
+    (130, 64, 2048),
+    (1, 3, 4096),
+    (9, 17, 64),
+    (17, 31, 160),
+    (1, 1, 1),
+    (5, 3, 7),
+    (33, 257, 33),
 ];
 
 fn check_half_matmul<B: Ops>(device: &B::Device) {
@@ -403,17 +478,32 @@ fn check_grouped_half_matmul<B: Ops>(device: &B::Device) {
             let bits_t = half_bits::<B, 3>(bits.clone(), [experts, d_out, d_in], device);
             let counts_t = counts_tensor::<B>(counts, device);
             let kernel = grouped_half_matmul(x_t.clone(), bits_t.clone(), counts_t.clone(), half);
-            let generic = generic::grouped_half_matmul::<B>(x_t.clone().into_primitive().tensor(), bits_t.into_primitive(), counts_t.clone().into_primitive(), half);
-            let mut forms = vec![("kernel", kernel), ("generic", Tensor::from_primitive(TensorPrimitive::Float(generic)))];
+            let generic = generic::grouped_half_matmul::<B>(
+                x_t.clone().into_primitive().tensor(),
+                bits_t.into_primitive(),
+                counts_t.clone().into_primitive(),
+                half,
+            );
+            let mut forms =
+                vec![("kernel", kernel), ("generic", Tensor::from_primitive(TensorPrimitive::Float(generic)))];
             if holds_half_floats::<B>(half, device) {
                 let floats = half_floats::<B, 3>(bits, half, [experts, d_out, d_in], device);
                 forms.push(("floats kernel", grouped_half_float_matmul(x_t.clone(), floats.clone(), counts_t.clone())));
-                let generic = generic::grouped_half_float_matmul::<B>(x_t.into_primitive().tensor(), floats.into_primitive().tensor(), counts_t.into_primitive());
+                let generic = generic::grouped_half_float_matmul::<B>(
+                    x_t.into_primitive().tensor(),
+                    floats.into_primitive().tensor(),
+                    counts_t.into_primitive(),
+                );
                 forms.push(("floats generic", Tensor::from_primitive(TensorPrimitive::Float(generic))));
             }
             for (form, out) in forms {
                 assert_eq!(out.dims(), [rows, d_out], "{half:?} {form}, {name}");
-                check_outputs(&format!("{half:?} {form}, {name}"), &out.into_data().convert::<f32>().to_vec::<f32>().unwrap(), &expected, &magnitude);
+                check_outputs(
+                    &format!("{half:?} {form}, {name}"),
+                    &out.into_data().convert::<f32>().to_vec::<f32>().unwrap(),
+                    &expected,
+                    &magnitude,
+                );
             }
         }
     }
@@ -424,7 +514,11 @@ fn check_grouped_half_matmul<B: Ops>(device: &B::Device) {
 #[test]
 fn half_rounding_and_range() {
     assert_eq!(Half::Bf16.from_f32(1.0 + 1.0 / 256.0), Some(bf16::ONE.to_bits()), "a tie rounds to the even 1.0");
-    assert_eq!(Half::Bf16.from_f32(1.0 + 3.0 / 256.0), Some(bf16::from_f32(1.0 + 4.0 / 256.0).to_bits()), "a tie rounds to the even neighbour");
+    assert_eq!(
+        Half::Bf16.from_f32(1.0 + 3.0 / 256.0),
+        Some(bf16::from_f32(1.0 + 4.0 / 256.0).to_bits()),
+        "a tie rounds to the even neighbour"
+    );
     assert_eq!(Half::F16.from_f32(65504.0), Some(f16::MAX.to_bits()));
     assert_eq!(Half::F16.from_f32(65519.0), Some(f16::MAX.to_bits()), "below the halfway point to 65,536");
     assert_eq!(Half::F16.from_f32(65520.0), None, "rounds to infinity");
@@ -478,7 +572,8 @@ fn check_q4_matmul<B: Ops>(device: &B::Device) {
         let x_t = Tensor::<B, 2>::from_data(TensorData::new(x, [n, d_in]), device);
         let scales_t = block_scales::<B, 2>(scales, [d_out, d_in / Q4_BLOCK], device);
         // The kernel reads the bytes in its layout; the generic form in Q4_0's order.
-        let kernel = q4_matmul(x_t.clone(), q4_values::<B, 2>(packed.clone(), [d_out, d_in / 2], device), scales_t.clone());
+        let kernel =
+            q4_matmul(x_t.clone(), q4_values::<B, 2>(packed.clone(), [d_out, d_in / 2], device), scales_t.clone());
         let plain = q4_rows::<B, 2>(packed, [d_out, d_in / 2], device);
         let generic = generic::q4_matmul(x_t, plain, scales_t);
         for (name, out) in [("kernel", kernel), ("generic", generic)] {
@@ -494,13 +589,16 @@ fn check_q4_matmul<B: Ops>(device: &B::Device) {
 #[cfg(feature = "cpu-kernels")]
 #[test]
 fn both_cpu_block_kernels_match_plain_loops() {
-    use decider_ops::{cpu, round_activations};
     #[cfg(target_arch = "x86_64")]
     use decider_ops::cpu::integer_dot as dot;
+    use decider_ops::{cpu, round_activations};
     #[cfg(target_arch = "x86_64")]
     let dots = integer_dots();
     #[cfg(target_arch = "x86_64")]
-    assert!(MANY_PASSES.0 * MANY_PASSES.2 > dot::PASS_BYTES, "MANY_PASSES no longer spans several passes of the kernels");
+    assert!(
+        MANY_PASSES.0 * MANY_PASSES.2 > dot::PASS_BYTES,
+        "MANY_PASSES no longer spans several passes of the kernels"
+    );
     let mut rng = Rng(17);
     for (n, d_out, d_in) in Q8_SHAPES {
         let (x, values, scales) = q8_case(&mut rng, n, d_out, d_in);
@@ -560,7 +658,8 @@ fn every_cpu_delta_rule_form_matches_the_definition() {
                 println!("this CPU does not run {isa:?}: that form is not checked here");
                 continue;
             }
-            let (out, final_state) = gated_delta_rule([&q, &k, &v, &g, &beta, &state], Dims { batch, len, heads, dk, dv }, isa);
+            let (out, final_state) =
+                gated_delta_rule([&q, &k, &v, &g, &beta, &state], Dims { batch, len, heads, dk, dv }, isa);
             check_delta_outputs(&format!("{isa:?}"), dims, &out, &expected_out, &final_state, &expected_state);
         }
     }
@@ -590,7 +689,10 @@ fn activations_round_to_8_and_16_bit_blocks() {
         let expected = round_by_rule(&x, largest(bits));
         // In f32 `q d` rounds once.
         for (i, (&got, &want)) in rounded.iter().zip(&expected).enumerate() {
-            assert!((got as f64 - want).abs() <= want.abs() * f32::EPSILON as f64, "{bits:?}, value {i}: {got} != {want}");
+            assert!(
+                (got as f64 - want).abs() <= want.abs() * f32::EPSILON as f64,
+                "{bits:?}, value {i}: {got} != {want}"
+            );
         }
         // A block is held within half its step, `max|x| / 254` or `max|x| / 65,534`; the f32
         // result rounds once more (`max|x| · EPS` covers it and the scale's rounding).
@@ -598,7 +700,10 @@ fn activations_round_to_8_and_16_bit_blocks() {
         for (block, rounded) in x.chunks(Q8_BLOCK).zip(rounded.chunks(Q8_BLOCK)) {
             let max = block.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
             for (&v, &r) in block.iter().zip(rounded) {
-                assert!((v as f64 - r as f64).abs() <= max / bound + max * f32::EPSILON as f64, "{bits:?}: {v} rounded to {r}, block max {max}");
+                assert!(
+                    (v as f64 - r as f64).abs() <= max / bound + max * f32::EPSILON as f64,
+                    "{bits:?}: {v} rounded to {r}, block max {max}"
+                );
             }
         }
     }
@@ -608,7 +713,15 @@ fn activations_round_to_8_and_16_bit_blocks() {
 /// `S <- S exp(g)`, `S <- S + k (beta (v - S^T k))^T`, `o = S^T q`. Returns the outputs
 /// `[batch, len, heads, dv]` and the final state `[batch, heads, dk, dv]`.
 #[allow(clippy::too_many_arguments)]
-fn naive_delta_rule(q: &[f32], k: &[f32], v: &[f32], g: &[f32], beta: &[f32], state: &[f32], [batch, len, heads, dk, dv]: [usize; 5]) -> (Vec<f64>, Vec<f64>) {
+fn naive_delta_rule(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    g: &[f32],
+    beta: &[f32],
+    state: &[f32],
+    [batch, len, heads, dk, dv]: [usize; 5],
+) -> (Vec<f64>, Vec<f64>) {
     let mut state: Vec<f64> = state.iter().map(|&x| x as f64).collect();
     let mut out = vec![0.0; batch * len * heads * dv];
     for b in 0..batch {
@@ -632,11 +745,15 @@ fn naive_delta_rule(q: &[f32], k: &[f32], v: &[f32], g: &[f32], beta: &[f32], st
 
 /// `[batch, len, heads, dk, dv]`: one of everything, several heads and batch elements, a
 /// length across three 64-token chunks, no tokens, the 2B model's head width.
-const DELTA_SHAPES: [[usize; 5]; 5] = [[1, 1, 1, 4, 3], [2, 7, 3, 8, 5], [1, 130, 2, 16, 8], [2, 0, 2, 4, 4], [1, 70, 1, 128, 128]];
+const DELTA_SHAPES: [[usize; 5]; 5] =
+    [[1, 1, 1, 4, 3], [2, 7, 3, 8, 5], [1, 130, 2, 16, 8], [2, 0, 2, 4, 4], [1, 70, 1, 128, 128]];
 
 /// Inputs shaped like the layer's: unit-norm keys, queries scaled by `dk^-0.5`, `beta` in `[0,
 /// 1)`, log decays in `(-0.2, 0]`, and a nonzero state: `(q, k, v, g, beta, state)`.
-fn delta_case(rng: &mut Rng, [batch, len, heads, dk, dv]: [usize; 5]) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
+fn delta_case(
+    rng: &mut Rng,
+    [batch, len, heads, dk, dv]: [usize; 5],
+) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
     let tokens = batch * len * heads;
     let mut unit_rows = |scale: f32| -> Vec<f32> {
         let mut x: Vec<f32> = (0..tokens * dk).map(|_| rng.next_f32() - 0.5).collect();
@@ -655,7 +772,14 @@ fn delta_case(rng: &mut Rng, [batch, len, heads, dk, dv]: [usize; 5]) -> (Vec<f3
 }
 
 /// Outputs and final state within `1e-4 (1 + |expected|)` of the definition's.
-fn check_delta_outputs(name: &str, dims: [usize; 5], out: &[f32], expected_out: &[f64], state: &[f32], expected_state: &[f64]) {
+fn check_delta_outputs(
+    name: &str,
+    dims: [usize; 5],
+    out: &[f32],
+    expected_out: &[f64],
+    state: &[f32],
+    expected_state: &[f64],
+) {
     for (part, got, want) in [("out", out, expected_out), ("state", state, expected_state)] {
         assert_eq!(got.len(), want.len(), "{name} {dims:?} {part}");
         for (i, (a, e)) in got.iter().zip(want).enumerate() {
@@ -673,7 +797,16 @@ fn check_delta_rule<B: Ops>(device: &B::Device) {
         let (expected_out, expected_state) = naive_delta_rule(&q, &k, &v, &g, &beta, &state, dims);
         let t4 = |x: &[f32], shape: [usize; 4]| Tensor::<B, 4>::from_data(TensorData::new(x.to_vec(), shape), device);
         let t3 = |x: &[f32]| Tensor::<B, 3>::from_data(TensorData::new(x.to_vec(), [batch, len, heads]), device);
-        let inputs = || (t4(&q, [batch, len, heads, dk]), t4(&k, [batch, len, heads, dk]), t4(&v, [batch, len, heads, dv]), t3(&g), t3(&beta), t4(&state, [batch, heads, dk, dv]));
+        let inputs = || {
+            (
+                t4(&q, [batch, len, heads, dk]),
+                t4(&k, [batch, len, heads, dk]),
+                t4(&v, [batch, len, heads, dv]),
+                t3(&g),
+                t3(&beta),
+                t4(&state, [batch, heads, dk, dv]),
+            )
+        };
         let (q_t, k_t, v_t, g_t, beta_t, state_t) = inputs();
         let kernel = gated_delta_rule(q_t, k_t, v_t, g_t, beta_t, state_t);
         let (q_t, k_t, v_t, g_t, beta_t, state_t) = inputs();
@@ -714,7 +847,10 @@ fn check_gating<B: Ops>(device: &B::Device, on_gpu: bool) {
             let e = definition(v);
             let roundings = if on_gpu { 8.0 + 3.0 * v.abs() as f64 } else { 2.0 + v.abs() as f64 };
             let bound = roundings * f32::EPSILON as f64 * e.abs();
-            assert!((got as f64 - e).abs() <= bound + 88.0 * f32::MIN_POSITIVE as f64, "{name}({v}), entry {k}: {got} vs {e}");
+            assert!(
+                (got as f64 - e).abs() <= bound + 88.0 * f32::MIN_POSITIVE as f64,
+                "{name}({v}), entry {k}: {got} vs {e}"
+            );
         }
     }
 }
@@ -722,7 +858,8 @@ fn check_gating<B: Ops>(device: &B::Device, on_gpu: bool) {
 /// `(batch, len, channels, K)`: no tokens, one token after a history (decoding), fewer tokens
 /// than the history (the new history mixes both), several parallel tasks with a partial last one,
 /// no history at all (`K = 1`).
-const CONV_SHAPES: [(usize, usize, usize, usize); 5] = [(1, 0, 5, 4), (1, 1, 3, 4), (2, 2, 7, 4), (2, 37, 100, 4), (2, 9, 16, 1)];
+const CONV_SHAPES: [(usize, usize, usize, usize); 5] =
+    [(1, 0, 5, 4), (1, 1, 3, 4), (2, 2, 7, 4), (2, 37, 100, 4), (2, 9, 16, 1)];
 
 /// The causal conv against its definition in f64: `silu(Σ_j window[t + j] w[:, j])` over the
 /// window `history ++ x`, and the window's last `K - 1` rows, exactly.
@@ -731,9 +868,14 @@ fn check_causal_conv1d<B: Ops>(device: &B::Device) {
     for (batch, len, channels, kernel) in CONV_SHAPES {
         let past = kernel - 1;
         let mut values = |count: usize| -> Vec<f32> { (0..count).map(|_| 2.0 * rng.next_f32() - 1.0).collect() };
-        let (x, history, weight) = (values(batch * len * channels), values(batch * past * channels), values(channels * kernel));
-        let window = |b: usize, i: usize, c: usize| if i < past { history[(b * past + i) * channels + c] } else { x[(b * len + i - past) * channels + c] };
-        let tensor3 = |v: &[f32], rows: usize| Tensor::<B, 3>::from_data(TensorData::new(v.to_vec(), [batch, rows, channels]), device);
+        let (x, history, weight) =
+            (values(batch * len * channels), values(batch * past * channels), values(channels * kernel));
+        let window = |b: usize, i: usize, c: usize| {
+            if i < past { history[(b * past + i) * channels + c] } else { x[(b * len + i - past) * channels + c] }
+        };
+        let tensor3 = |v: &[f32], rows: usize| {
+            Tensor::<B, 3>::from_data(TensorData::new(v.to_vec(), [batch, rows, channels]), device)
+        };
         let weight_t = Tensor::<B, 2>::from_data(TensorData::new(weight.clone(), [channels, kernel]), device);
         let (out, state) = causal_conv1d(tensor3(&x, len), tensor3(&history, past), weight_t);
         let case = format!("batch {batch}, len {len}, {channels} channels, K = {kernel}");
@@ -751,7 +893,10 @@ fn check_causal_conv1d<B: Ops>(device: &B::Device) {
                 }
             }
         }
-        let expected: Vec<f32> = (0..batch).flat_map(|b| (len..len + past).flat_map(move |i| (0..channels).map(move |c| (b, i, c)))).map(|(b, i, c)| window(b, i, c)).collect();
+        let expected: Vec<f32> = (0..batch)
+            .flat_map(|b| (len..len + past).flat_map(move |i| (0..channels).map(move |c| (b, i, c))))
+            .map(|(b, i, c)| window(b, i, c))
+            .collect();
         assert_eq!(state.into_data().convert::<f32>().to_vec::<f32>().unwrap(), expected, "{case}: the new history");
     }
 }
@@ -766,10 +911,15 @@ fn check_reshape<B: Ops>(device: &B::Device) {
     let rows = reshape(x.clone(), [6, 4]);
     assert_eq!(rows.dims(), [6, 4]);
     assert_eq!(read(rows.clone().add_scalar(100.0)), values.iter().map(|v| v + 100.0).collect::<Vec<_>>(), "row-major");
-    assert_eq!(x.clone().into_data().convert::<f32>().to_vec::<f32>().unwrap(), values, "the input after an op on its reshape");
+    assert_eq!(
+        x.clone().into_data().convert::<f32>().to_vec::<f32>().unwrap(),
+        values,
+        "the input after an op on its reshape"
+    );
 
     // `swap_dims(0, 1)`: entry [j, i, k] is values[i * 12 + j * 4 + k].
-    let swapped: Vec<f32> = (0..3).flat_map(|j| (0..2).flat_map(move |i| (0..4).map(move |k| (i * 12 + j * 4 + k) as f32))).collect();
+    let swapped: Vec<f32> =
+        (0..3).flat_map(|j| (0..2).flat_map(move |i| (0..4).map(move |k| (i * 12 + j * 4 + k) as f32))).collect();
     assert_eq!(read(reshape(x.clone().swap_dims(0, 1), [6, 4])), swapped, "strided");
 
     let up = reshape(reshape(x, [24]), [4, 3, 2]);
@@ -800,7 +950,11 @@ fn ndarray_reshapes_a_row_major_array_in_place() {
             _ => panic!("not an f32 tensor"),
         }
     }
-    let x = Tensor::<B, 3>::from_data(TensorData::new((0..24).map(|v| v as f32).collect::<Vec<_>>(), [2, 3, 4]), &Default::default()).add_scalar(1.0);
+    let x = Tensor::<B, 3>::from_data(
+        TensorData::new((0..24).map(|v| v as f32).collect::<Vec<_>>(), [2, 3, 4]),
+        &Default::default(),
+    )
+    .add_scalar(1.0);
     let rows = reshape(x.clone(), [6, 4]);
     assert_eq!(address(&rows), address(&x), "reshape copied a row-major array");
     let strided = reshape(x.clone().swap_dims(1, 2), [6, 4]);
@@ -808,7 +962,8 @@ fn ndarray_reshapes_a_row_major_array_in_place() {
 }
 
 /// `(n, d_in, d_out)`: no tokens, one of everything, a wide output, a 2B-model width, a long row.
-const DENSE_SHAPES: [(usize, usize, usize); 6] = [(0, 4, 3), (1, 1, 1), (3, 5, 257), (7, 33, 65), (130, 2048, 96), (1, 4096, 5)];
+const DENSE_SHAPES: [(usize, usize, usize); 6] =
+    [(0, 4, 3), (1, 1, 1), (3, 5, 257), (7, 33, 65), (130, 2048, 96), (1, 4096, 5)];
 
 /// `x · W` for `W [in, out]`, and `x · W[e]` for each slice of stacked `[3, in, out]` weights,
 /// against plain f64 loops.
@@ -820,13 +975,18 @@ fn check_dense_matmul<B: Ops>(device: &B::Device) {
         let x: Vec<f32> = (0..n * d_in).map(|_| 2.0 * rng.next_f32() - 1.0).collect();
         let naive = |e: usize| -> Vec<f64> {
             let w = &weights[e * d_in * d_out..];
-            (0..n * d_out).map(|k| (0..d_in).map(|i| x[k / d_out * d_in + i] as f64 * w[i * d_out + k % d_out] as f64).sum()).collect()
+            (0..n * d_out)
+                .map(|k| (0..d_in).map(|i| x[k / d_out * d_in + i] as f64 * w[i * d_out + k % d_out] as f64).sum())
+                .collect()
         };
         let check = |name: String, out: Tensor<B, 2>, expected: Vec<f64>| {
             assert_eq!(out.dims(), [n, d_out], "{name}");
             let out: Vec<f32> = out.into_data().convert::<f32>().to_vec().unwrap();
             for (k, (got, e)) in out.iter().zip(&expected).enumerate() {
-                assert!((*got as f64 - e).abs() <= 1e-5 * (d_in as f64).sqrt() + 1e-6, "{name}, entry {k}: {got} vs {e}");
+                assert!(
+                    (*got as f64 - e).abs() <= 1e-5 * (d_in as f64).sqrt() + 1e-6,
+                    "{name}, entry {k}: {got} vs {e}"
+                );
             }
         };
         let x_t = Tensor::<B, 2>::from_data(TensorData::new(x.clone(), [n, d_in]), device);
@@ -861,7 +1021,8 @@ fn naive_grouped(x: &[f32], counts: &[usize], weights: &[f32], d_in: usize, d_ou
     let mut out = vec![0.0; experts.len() * d_out];
     for (r, &e) in experts.iter().enumerate() {
         for o in 0..d_out {
-            out[r * d_out + o] = (0..d_in).map(|i| x[r * d_in + i] as f64 * weights[(e * d_in + i) * d_out + o] as f64).sum();
+            out[r * d_out + o] =
+                (0..d_in).map(|i| x[r * d_in + i] as f64 * weights[(e * d_in + i) * d_out + o] as f64).sum();
         }
     }
     out
@@ -882,12 +1043,22 @@ fn check_grouped_matmul<B: Ops>(device: &B::Device) {
         let x_t = Tensor::<B, 2>::from_data(TensorData::new(x, [rows, d_in]), device);
         let w_t = Tensor::<B, 3>::from_data(TensorData::new(weights, [counts.len(), d_in, d_out]), device);
         let counts_t = counts_tensor::<B>(counts, device);
-        let generic = generic::grouped_matmul::<B>(x_t.clone().into_primitive().tensor(), w_t.clone().into_primitive().tensor(), counts_t.clone().into_primitive());
-        for (form, out) in [("kernel", grouped_matmul(x_t, w_t, counts_t)), ("generic", Tensor::from_primitive(TensorPrimitive::Float(generic)))] {
+        let generic = generic::grouped_matmul::<B>(
+            x_t.clone().into_primitive().tensor(),
+            w_t.clone().into_primitive().tensor(),
+            counts_t.clone().into_primitive(),
+        );
+        for (form, out) in [
+            ("kernel", grouped_matmul(x_t, w_t, counts_t)),
+            ("generic", Tensor::from_primitive(TensorPrimitive::Float(generic))),
+        ] {
             assert_eq!(out.dims(), [rows, d_out], "{form}, {name}");
             let out: Vec<f32> = out.into_data().convert::<f32>().to_vec().unwrap();
             for (k, (got, e)) in out.iter().zip(&expected).enumerate() {
-                assert!((*got as f64 - e).abs() <= 1e-5 * (d_in as f64).sqrt() + 1e-6, "{form}, {name}, entry {k}: {got} vs {e}");
+                assert!(
+                    (*got as f64 - e).abs() <= 1e-5 * (d_in as f64).sqrt() + 1e-6,
+                    "{form}, {name}, entry {k}: {got} vs {e}"
+                );
             }
         }
     }
@@ -921,7 +1092,9 @@ fn check_grouped_q8_matmul<B: Ops>(device: &B::Device) {
                 counts_t.clone().into_primitive(),
                 bits,
             );
-            for (form, out) in [("kernel", kernel), ("generic", Tensor::from_primitive(TensorPrimitive::Float(generic)))] {
+            for (form, out) in
+                [("kernel", kernel), ("generic", Tensor::from_primitive(TensorPrimitive::Float(generic)))]
+            {
                 let form = format!("{form}, {bits:?}, {name}");
                 assert_eq!(out.dims(), [rows, d_out], "{form}");
                 check_outputs(&form, &out.into_data().convert::<f32>().to_vec::<f32>().unwrap(), &expected, &magnitude);
@@ -949,10 +1122,20 @@ fn check_grouped_q4_matmul<B: Ops>(device: &B::Device) {
         let counts_t = counts_tensor::<B>(counts, device);
         let values_t = q4_values::<B, 3>(packed, [experts, d_out, d_in / 2], device);
         let kernel = grouped_q4_matmul(x_t.clone(), values_t.clone(), scales_t.clone(), counts_t.clone());
-        let generic = generic::grouped_q4_matmul::<B>(x_t.into_primitive().tensor(), values_t.into_primitive(), scales_t.into_primitive(), counts_t.into_primitive());
+        let generic = generic::grouped_q4_matmul::<B>(
+            x_t.into_primitive().tensor(),
+            values_t.into_primitive(),
+            scales_t.into_primitive(),
+            counts_t.into_primitive(),
+        );
         for (form, out) in [("kernel", kernel), ("generic", Tensor::from_primitive(TensorPrimitive::Float(generic)))] {
             assert_eq!(out.dims(), [rows, d_out], "{form}, {name}");
-            check_outputs(&format!("q4 {form}, {name}"), &out.into_data().convert::<f32>().to_vec::<f32>().unwrap(), &expected, &magnitude);
+            check_outputs(
+                &format!("q4 {form}, {name}"),
+                &out.into_data().convert::<f32>().to_vec::<f32>().unwrap(),
+                &expected,
+                &magnitude,
+            );
         }
     }
 }
@@ -965,7 +1148,9 @@ fn every_cpu_few_row_tile_matches_plain_loops() {
     use decider_ops::cpu::Isa;
     use decider_ops::cpu::few_rows::matmul_in;
     let mut rng = Rng(41);
-    for (m, k, n, columns) in [(1, 1, 1, 0..1), (4, 33, 64, 0..64), (5, 70, 200, 7..200), (9, 3, 130, 0..130), (3, 0, 16, 0..16)] {
+    for (m, k, n, columns) in
+        [(1, 1, 1, 0..1), (4, 33, 64, 0..64), (5, 70, 200, 7..200), (9, 3, 130, 0..130), (3, 0, 16, 0..16)]
+    {
         let w: Vec<f32> = (0..k * n).map(|_| rng.next_f32() - 0.5).collect();
         let x: Vec<f32> = (0..m * k).map(|_| 2.0 * rng.next_f32() - 1.0).collect();
         let full = naive_grouped(&x, &[m], &w, k, n);
@@ -979,7 +1164,10 @@ fn every_cpu_few_row_tile_matches_plain_loops() {
             for (r, row) in out.chunks(columns.len().max(1)).enumerate().take(m) {
                 for (c, got) in columns.clone().zip(row) {
                     let e = full[r * n + c];
-                    assert!((*got as f64 - e).abs() <= 1e-5 * (k as f64).sqrt() + 1e-6, "{isa:?}, {m}x{k}x{n} {columns:?}, row {r} column {c}: {got} vs {e}");
+                    assert!(
+                        (*got as f64 - e).abs() <= 1e-5 * (k as f64).sqrt() + 1e-6,
+                        "{isa:?}, {m}x{k}x{n} {columns:?}, row {r} column {c}: {got} vs {e}"
+                    );
                 }
             }
         }
@@ -1014,7 +1202,11 @@ fn q8_blocks_round_as_llama_cpp_q8_0() {
 /// The squared error, in f64, of Q4_0 blocks against the weights they stand for.
 fn q4_errors(weights: &[f32], packed: &[u8], scales: &[f16]) -> Vec<f64> {
     let rounded = dequantize_q4(packed, scales);
-    weights.chunks(Q4_BLOCK).zip(rounded.chunks(Q4_BLOCK)).map(|(w, r)| w.iter().zip(r).map(|(&w, &r)| (w as f64 - r as f64).powi(2)).sum()).collect()
+    weights
+        .chunks(Q4_BLOCK)
+        .zip(rounded.chunks(Q4_BLOCK))
+        .map(|(w, r)| w.iter().zip(r).map(|(&w, &r)| (w as f64 - r as f64).powi(2)).sum())
+        .collect()
 }
 
 #[test]
@@ -1039,7 +1231,8 @@ fn q4_blocks_are_llama_cpp_q4_0_with_a_better_scale() {
     for (name, weights) in [("uniform", uniform), ("heavy-tailed", tailed)] {
         let (packed, scales) = quantize_q4(&weights, 8 * Q4_BLOCK);
         let ours = q4_errors(&weights, &packed, &scales);
-        let (llama_packed, llama_scales): (Vec<Vec<u8>>, Vec<f16>) = weights.chunks(Q4_BLOCK).map(reference::llama_q4_0_block).unzip();
+        let (llama_packed, llama_scales): (Vec<Vec<u8>>, Vec<f16>) =
+            weights.chunks(Q4_BLOCK).map(reference::llama_q4_0_block).unzip();
         let theirs = q4_errors(&weights, &llama_packed.concat(), &llama_scales);
         for (b, (ours, theirs)) in ours.iter().zip(&theirs).enumerate() {
             // The quantizer compares its candidates' errors in f32: a tie there may differ here

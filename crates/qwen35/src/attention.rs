@@ -3,14 +3,13 @@
 
 use burn::config::Config;
 use burn::module::Module;
-use decider_ops::{Gating, reshape, sigmoid};
 use burn::tensor::{Bool, Int, Tensor, backend::Backend};
-
+use decider_ops::{Gating, reshape, sigmoid};
 
 use crate::cache::{KvBlock, KvCache};
 use crate::format::{FormatOps, ProjectionInput, WeightFormat};
-use crate::projection::{Projection, ProjectionConfig, ProjectionOps};
 use crate::norm::{RmsNorm, RmsNormConfig};
+use crate::projection::{Projection, ProjectionConfig, ProjectionOps};
 use crate::rope::RotaryEmbedding;
 
 #[derive(Config, Debug)]
@@ -87,7 +86,8 @@ impl<B: ProjectionOps + Gating> GatedAttention<B> {
         // h = kv * group + j share key head kv, so they are grouped, not the keys repeated.
         let query = rope.apply(self.q_norm.forward(query).swap_dims(1, 2), cos, sin);
         let key = rope.apply(self.k_norm.forward(key).swap_dims(1, 2), cos, sin);
-        let query = query.reshape([batch, kv_heads, group * len, hd]).swap_dims(0, 1).mul_scalar((hd as f64).powf(-0.5));
+        let query =
+            query.reshape([batch, kv_heads, group * len, hd]).swap_dims(0, 1).mul_scalar((hd as f64).powf(-0.5));
         let block = KvBlock { key: key.swap_dims(0, 1), value: value.swap_dims(1, 2).swap_dims(0, 1) };
         let mut cache = past.cloned().unwrap_or_default();
         cache.blocks.push(block);
@@ -117,7 +117,10 @@ pub fn attend<B: Backend>(query: Tensor<B, 4>, cache: &KvCache<B>, len: usize, k
     let mut state: Option<(Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>)> = None;
     for (index, block) in cache.blocks.iter().enumerate() {
         let [_, block_batch, block_len, _] = block.key.dims();
-        assert!(block_batch == batch || block_batch == 1, "a cache block of batch {block_batch} cannot serve a batch of {batch}");
+        assert!(
+            block_batch == batch || block_batch == 1,
+            "a cache block of batch {block_batch} cannot serve a batch of {batch}"
+        );
         let mut start = 0;
         while start < block_len {
             let width = key_block.min(block_len - start);
@@ -125,12 +128,15 @@ pub fn attend<B: Backend>(query: Tensor<B, 4>, cache: &KvCache<B>, len: usize, k
             let value = block.value.clone().narrow(2, start, width);
             // A shared block (batch 1) serves every row of the batch in one matmul.
             let scores = match &folded {
-                Some(folded) if block_batch == 1 => folded.clone().matmul(key.swap_dims(2, 3)).reshape([kv_heads, batch, rows, width]),
+                Some(folded) if block_batch == 1 => {
+                    folded.clone().matmul(key.swap_dims(2, 3)).reshape([kv_heads, batch, rows, width])
+                }
                 _ => query.clone().matmul(key.swap_dims(2, 3)),
             };
             // Only the call's own block can hold keys after a query's position.
             let scores = if index == own {
-                let mask = causal_mask::<B>(len, rows / len, start, width, &device).expand([kv_heads, batch, rows, width]);
+                let mask =
+                    causal_mask::<B>(len, rows / len, start, width, &device).expand([kv_heads, batch, rows, width]);
                 scores.mask_fill(mask, MASKED)
             } else {
                 scores
@@ -168,7 +174,13 @@ const MASKED: f32 = -1e30;
 /// `[1, 1, group * len, width]`, true where a key of the call's own block (keys
 /// `start..start + width` of it) lies after the query row's token (row `j * len + i` is token
 /// `i`). Made on the device from two ranges, never as a `[len, positions]` host array.
-fn causal_mask<B: Backend>(len: usize, group: usize, start: usize, width: usize, device: &B::Device) -> Tensor<B, 4, Bool> {
+fn causal_mask<B: Backend>(
+    len: usize,
+    group: usize,
+    start: usize,
+    width: usize,
+    device: &B::Device,
+) -> Tensor<B, 4, Bool> {
     // Compared by broadcasting: only the boolean result has the full shape.
     let token = Tensor::<B, 1, Int>::arange(0..len as i64, device).reshape([1, len, 1]);
     let key = Tensor::<B, 1, Int>::arange(start as i64..(start + width) as i64, device).reshape([1, 1, width]);

@@ -12,8 +12,8 @@ use std::path::{Component, Path, PathBuf};
 use half::{bf16, f16};
 use memmap2::Mmap;
 use rayon::prelude::*;
-use safetensors::tensor::{Dtype, TensorInfo};
 use safetensors::SafeTensors;
+use safetensors::tensor::{Dtype, TensorInfo};
 use serde::Deserialize;
 
 use decider_ops::{Half, Q4_BLOCK, Q8_BLOCK, dequantize_q4, dequantize_q8, quantize_q4_block, quantize_q8_block};
@@ -67,11 +67,14 @@ impl Checkpoint {
         let dir = index_path.parent().unwrap_or(Path::new("."));
         let files: BTreeSet<&String> = index.weight_map.values().collect();
         // Shards are files of the folder (or of its subfolders): no absolute path, no `..`.
-        let confined = |file: &str| !file.is_empty() && Path::new(file).components().all(|c| matches!(c, Component::Normal(_)));
+        let confined =
+            |file: &str| !file.is_empty() && Path::new(file).components().all(|c| matches!(c, Component::Normal(_)));
         if let Some(outside) = files.iter().find(|file| !confined(file)) {
             return Err(LoadError::Index {
                 path: index_path.to_path_buf(),
-                reason: format!("shard `{outside}` is outside the model folder (a shard is a relative path without `..`)"),
+                reason: format!(
+                    "shard `{outside}` is outside the model folder (a shard is a relative path without `..`)"
+                ),
             });
         }
         let paths: Vec<PathBuf> = files.iter().map(|file| dir.join(file)).collect();
@@ -238,7 +241,9 @@ impl Checkpoint {
             let format = WeightFormat::of_half(half);
             return Err(LoadError::Blocks {
                 name: name.to_owned(),
-                reason: format!("stored in {stored} blocks, asked for {format}: load the folder with `--weights {stored}` (or `auto`), or load the original in {format}"),
+                reason: format!(
+                    "stored in {stored} blocks, asked for {format}: load the folder with `--weights {stored}` (or `auto`), or load the original in {format}"
+                ),
             });
         }
         let tensor = self.float_bytes(name, expected)?;
@@ -274,7 +279,12 @@ impl Checkpoint {
         tensor.finish(non_finite)?;
         let beyond = NonFinite::all(beyond);
         match beyond.first {
-            Some(first) => Err(LoadError::OutOfRange { name: name.to_owned(), count: beyond.count, first, format: WeightFormat::of_half(half) }),
+            Some(first) => Err(LoadError::OutOfRange {
+                name: name.to_owned(),
+                count: beyond.count,
+                first,
+                format: WeightFormat::of_half(half),
+            }),
             None => Ok(HalfValues { half, bits }),
         }
     }
@@ -300,7 +310,9 @@ impl Checkpoint {
             .map(|((values, scales), bytes)| {
                 let mut block = [0.0f32; BLOCK];
                 let mut non_finite = NonFinite::default();
-                for (i, ((values, scale), bytes)) in values.chunks_mut(per_block).zip(scales).zip(bytes.chunks(BLOCK * tensor.width)).enumerate() {
+                for (i, ((values, scale), bytes)) in
+                    values.chunks_mut(per_block).zip(scales).zip(bytes.chunks(BLOCK * tensor.width)).enumerate()
+                {
                     tensor.convert(bytes, &mut block);
                     non_finite.add(NonFinite::of(&block), i * BLOCK);
                     *scale = quantize_block(&block, values);
@@ -322,16 +334,20 @@ impl Checkpoint {
         let scales = self.read_scales(name, Q8_SCALES, expected, false)?;
         // Copied a chunk per task, each checked as it is copied; the first bad index is kept.
         let mut q8 = vec![0i8; values.bytes.len()];
-        let bad_value = q8.par_chunks_mut(CHUNK).zip(values.bytes.par_chunks(CHUNK)).enumerate().filter_map(|(i, (out, bytes))| {
-            for (value, &byte) in out.iter_mut().zip(bytes) {
-                *value = byte as i8;
-            }
-            out.iter().position(|&v| v == i8::MIN).map(|at| i * CHUNK + at)
-        });
+        let bad_value =
+            q8.par_chunks_mut(CHUNK).zip(values.bytes.par_chunks(CHUNK)).enumerate().filter_map(|(i, (out, bytes))| {
+                for (value, &byte) in out.iter_mut().zip(bytes) {
+                    *value = byte as i8;
+                }
+                out.iter().position(|&v| v == i8::MIN).map(|at| i * CHUNK + at)
+            });
         let bad_value = bad_value.min();
         values.release();
         if let Some(i) = bad_value {
-            return Err(LoadError::Blocks { name: values_name, reason: format!("value -128 at flat index {i} (Q8_0 values are -127..=127)") });
+            return Err(LoadError::Blocks {
+                name: values_name,
+                reason: format!("value -128 at flat index {i} (Q8_0 values are -127..=127)"),
+            });
         }
         Ok((q8, scales))
     }
@@ -346,7 +362,10 @@ impl Checkpoint {
         check_dtype(&values, Dtype::U8)?;
         let scales = self.read_scales(name, Q4_SCALES, expected, true)?;
         let mut packed = vec![0u8; values.bytes.len()];
-        packed.par_chunks_mut(CHUNK).zip(values.bytes.par_chunks(CHUNK)).for_each(|(out, bytes)| out.copy_from_slice(bytes));
+        packed
+            .par_chunks_mut(CHUNK)
+            .zip(values.bytes.par_chunks(CHUNK))
+            .for_each(|(out, bytes)| out.copy_from_slice(bytes));
         values.release();
         Ok((packed, scales))
     }
@@ -359,17 +378,22 @@ impl Checkpoint {
         let scales = self.tensor_bytes(&scales_name, &scales_shape(name, expected)?)?;
         check_dtype(&scales, Dtype::F16)?;
         let mut d = vec![f16::ZERO; scales.bytes.len() / 2];
-        let bad_scale = d.par_chunks_mut(CHUNK).zip(scales.bytes.par_chunks(CHUNK * 2)).enumerate().filter_map(|(i, (out, bytes))| {
-            for (scale, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-                *scale = f16::from_le_bytes([b[0], b[1]]);
-            }
-            out.iter().position(|s| !(s.is_finite() && (signed || !s.is_sign_negative()))).map(|at| i * CHUNK + at)
-        });
+        let bad_scale = d.par_chunks_mut(CHUNK).zip(scales.bytes.par_chunks(CHUNK * 2)).enumerate().filter_map(
+            |(i, (out, bytes))| {
+                for (scale, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                    *scale = f16::from_le_bytes([b[0], b[1]]);
+                }
+                out.iter().position(|s| !(s.is_finite() && (signed || !s.is_sign_negative()))).map(|at| i * CHUNK + at)
+            },
+        );
         let bad_scale = bad_scale.min();
         scales.release();
         let rule = if signed { "finite" } else { "finite and not negative" };
         match bad_scale {
-            Some(i) => Err(LoadError::Blocks { name: scales_name, reason: format!("scale {} at flat index {i} (scales are {rule})", d[i]) }),
+            Some(i) => Err(LoadError::Blocks {
+                name: scales_name,
+                reason: format!("scale {} at flat index {i} (scales are {rule})", d[i]),
+            }),
             None => Ok(d),
         }
     }
@@ -377,13 +401,22 @@ impl Checkpoint {
     /// The block format weight `name` is stored in by a quantized folder, if any (refused when it
     /// is stored both so and as it is, or in two formats: they could differ).
     fn stored_blocks(&self, name: &str) -> Result<Option<WeightFormat>, LoadError> {
-        let formats: Vec<(WeightFormat, String)> =
-            [(WeightFormat::Q8, Q8_VALUES), (WeightFormat::Q4, Q4_VALUES)].into_iter().map(|(format, part)| (format, block_part(name, part))).filter(|(_, values)| self.contains(values)).collect();
+        let formats: Vec<(WeightFormat, String)> = [(WeightFormat::Q8, Q8_VALUES), (WeightFormat::Q4, Q4_VALUES)]
+            .into_iter()
+            .map(|(format, part)| (format, block_part(name, part)))
+            .filter(|(_, values)| self.contains(values))
+            .collect();
         match (self.contains(name), formats.as_slice()) {
             (_, []) => Ok(None),
             (false, [(format, _)]) => Ok(Some(*format)),
-            (true, [(_, values), ..]) => Err(LoadError::Blocks { name: name.to_owned(), reason: format!("stored both as it is and as `{values}`") }),
-            (false, [(_, first), (_, second), ..]) => Err(LoadError::Blocks { name: name.to_owned(), reason: format!("stored both as `{first}` and as `{second}`") }),
+            (true, [(_, values), ..]) => Err(LoadError::Blocks {
+                name: name.to_owned(),
+                reason: format!("stored both as it is and as `{values}`"),
+            }),
+            (false, [(_, first), (_, second), ..]) => Err(LoadError::Blocks {
+                name: name.to_owned(),
+                reason: format!("stored both as `{first}` and as `{second}`"),
+            }),
         }
     }
 
@@ -395,7 +428,9 @@ impl Checkpoint {
             Some(stored) if stored == format => Ok(true),
             Some(stored) => Err(LoadError::Blocks {
                 name: name.to_owned(),
-                reason: format!("stored in {stored} blocks, asked for {format}: load the folder with `--weights {stored}` (or `auto`), or quantize the original to {format}"),
+                reason: format!(
+                    "stored in {stored} blocks, asked for {format}: load the folder with `--weights {stored}` (or `auto`), or quantize the original to {format}"
+                ),
             }),
         }
     }
@@ -420,9 +455,16 @@ impl Checkpoint {
     fn tensor_bytes<'a>(&'a self, name: &'a str, expected: &[usize]) -> Result<TensorBytes<'a>, LoadError> {
         let (shard, info) = self.tensors.get(name).ok_or_else(|| match self.derived(name).min() {
             // Scales without their values: the values are what is missing.
-            Some(other) if *other == block_part(name, Q8_SCALES) => LoadError::MissingTensor { name: block_part(name, Q8_VALUES) },
-            Some(other) if *other == block_part(name, Q4_SCALES) => LoadError::MissingTensor { name: block_part(name, Q4_VALUES) },
-            Some(other) => LoadError::Blocks { name: other.clone(), reason: format!("`{name}` is stored in a form this build does not read") },
+            Some(other) if *other == block_part(name, Q8_SCALES) => {
+                LoadError::MissingTensor { name: block_part(name, Q8_VALUES) }
+            }
+            Some(other) if *other == block_part(name, Q4_SCALES) => {
+                LoadError::MissingTensor { name: block_part(name, Q4_VALUES) }
+            }
+            Some(other) => LoadError::Blocks {
+                name: other.clone(),
+                reason: format!("`{name}` is stored in a form this build does not read"),
+            },
             None => LoadError::MissingTensor { name: name.to_owned() },
         })?;
         if info.shape != expected {
@@ -435,7 +477,14 @@ impl Checkpoint {
         let shard = &self.shards[*shard];
         let (start, end) = info.data_offsets;
         let (start, end) = (shard.data_start + start, shard.data_start + end);
-        Ok(TensorBytes { name, map: &shard.map, start, bytes: &shard.map[start..end], dtype: info.dtype, width: info.dtype.bitsize() / 8 })
+        Ok(TensorBytes {
+            name,
+            map: &shard.map,
+            start,
+            bytes: &shard.map[start..end],
+            dtype: info.dtype,
+            width: info.dtype.bitsize() / 8,
+        })
     }
 }
 
@@ -469,7 +518,10 @@ pub fn scales_shape(name: &str, shape: &[usize]) -> Result<Vec<usize>, LoadError
             *cols /= Q8_BLOCK;
             Ok(scales)
         }
-        _ => Err(LoadError::Blocks { name: name.to_owned(), reason: format!("{shape:?} are not rows of whole blocks of {Q8_BLOCK}") }),
+        _ => Err(LoadError::Blocks {
+            name: name.to_owned(),
+            reason: format!("{shape:?} are not rows of whole blocks of {Q8_BLOCK}"),
+        }),
     }
 }
 
@@ -488,7 +540,10 @@ pub fn packed_shape(name: &str, shape: &[usize]) -> Result<Vec<usize>, LoadError
 fn check_dtype(tensor: &TensorBytes, dtype: Dtype) -> Result<(), LoadError> {
     match tensor.dtype == dtype {
         true => Ok(()),
-        false => Err(LoadError::Blocks { name: tensor.name.to_owned(), reason: format!("holds {:?} values, not {dtype:?}", tensor.dtype) }),
+        false => Err(LoadError::Blocks {
+            name: tensor.name.to_owned(),
+            reason: format!("holds {:?} values, not {dtype:?}", tensor.dtype),
+        }),
     }
 }
 
@@ -549,7 +604,9 @@ impl TensorBytes<'_> {
         // SAFETY: the map is a shared, read-only map of a file, and the tensor's bytes are no
         // longer read: dropped pages are read again from the file if touched again (the first
         // and last page may hold a neighbour's bytes).
-        let _ = unsafe { self.map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, self.start, self.bytes.len()) };
+        let _ = unsafe {
+            self.map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, self.start, self.bytes.len())
+        };
     }
 }
 

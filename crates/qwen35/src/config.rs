@@ -106,10 +106,8 @@ impl Qwen35Config {
     /// Reads and validates `config.json` (flat or composite).
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|cause| ConfigError::Io {
-            path: path.to_path_buf(),
-            cause,
-        })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|cause| ConfigError::Io { path: path.to_path_buf(), cause })?;
         Self::from_json(&text)
     }
 
@@ -122,17 +120,17 @@ impl Qwen35Config {
         // Composite configs nest the text model; the tying flag of the composite model is the
         // top-level one (transformers reads `self.config.tie_word_embeddings`).
         let (text_value, composite_tie) = match top.get("text_config") {
-            Some(text) => (text.clone(), Some(top.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false))),
+            Some(text) => {
+                (text.clone(), Some(top.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false)))
+            }
             None => (root.clone(), None),
         };
         let raw: RawTextConfig = serde_path_to_error::deserialize(text_value).map_err(|e| ConfigError::Field {
             field_path: e.path().to_string(),
             message: e.into_inner().to_string(),
         })?;
-        let model_type = raw
-            .model_type
-            .clone()
-            .or_else(|| top.get("model_type").and_then(Value::as_str).map(str::to_owned));
+        let model_type =
+            raw.model_type.clone().or_else(|| top.get("model_type").and_then(Value::as_str).map(str::to_owned));
         let is_moe = match model_type.as_deref() {
             Some("qwen3_5" | "qwen3_5_text") => false,
             Some("qwen3_5_moe" | "qwen3_5_moe_text") => true,
@@ -219,10 +217,16 @@ impl Qwen35Config {
             });
         }
         if !(self.rope_theta > 0.0) {
-            return Err(ConfigError::Field { field_path: "rope_theta".into(), message: format!("{} must be positive", self.rope_theta) });
+            return Err(ConfigError::Field {
+                field_path: "rope_theta".into(),
+                message: format!("{} must be positive", self.rope_theta),
+            });
         }
         if !(self.rms_norm_eps >= 0.0) {
-            return Err(ConfigError::Field { field_path: "rms_norm_eps".into(), message: format!("{} must not be negative", self.rms_norm_eps) });
+            return Err(ConfigError::Field {
+                field_path: "rms_norm_eps".into(),
+                message: format!("{} must not be negative", self.rms_norm_eps),
+            });
         }
         if self.layer_types.len() != self.num_hidden_layers {
             return Err(ConfigError::Field {
@@ -251,7 +255,9 @@ impl Qwen35Config {
                     });
                 }
             }
-            FeedForwardType::Dense { intermediate_size } => check_size("intermediate_size", *intermediate_size, MAX_FFN_WIDTH)?,
+            FeedForwardType::Dense { intermediate_size } => {
+                check_size("intermediate_size", *intermediate_size, MAX_FFN_WIDTH)?
+            }
         }
         Ok(())
     }
@@ -286,20 +292,24 @@ impl RawTextConfig {
         let num_hidden_layers = self.num_hidden_layers.unwrap_or(if is_moe { 40 } else { 32 });
         // Bounded before `layer_types` is built from it.
         check_size("num_hidden_layers", num_hidden_layers, MAX_LAYERS)?;
-        let layer_types = match self.layer_types {
-            Some(types) => types,
-            None => {
-                let interval = self.full_attention_interval.unwrap_or(4);
-                if interval == 0 {
-                    return Err(ConfigError::Field { field_path: "full_attention_interval".into(), message: "must be positive".into() });
+        let layer_types =
+            match self.layer_types {
+                Some(types) => types,
+                None => {
+                    let interval = self.full_attention_interval.unwrap_or(4);
+                    if interval == 0 {
+                        return Err(ConfigError::Field {
+                            field_path: "full_attention_interval".into(),
+                            message: "must be positive".into(),
+                        });
+                    }
+                    (0..num_hidden_layers)
+                        .map(|i| {
+                            if (i + 1) % interval == 0 { LayerType::FullAttention } else { LayerType::LinearAttention }
+                        })
+                        .collect()
                 }
-                (0..num_hidden_layers)
-                    .map(|i| {
-                        if (i + 1) % interval == 0 { LayerType::FullAttention } else { LayerType::LinearAttention }
-                    })
-                    .collect()
-            }
-        };
+            };
         let rope = self.rope_parameters;
         if let Some(kind) = rope.as_ref().and_then(|r| r.rope_type.as_deref()) {
             // Text-only input makes M-RoPE plain RoPE; scaled variants are not implemented.
@@ -310,16 +320,9 @@ impl RawTextConfig {
                 });
             }
         }
-        let rope_theta = rope
-            .as_ref()
-            .and_then(|r| r.rope_theta)
-            .or(self.rope_theta)
-            .unwrap_or(10_000.0);
-        let partial_rotary_factor = rope
-            .as_ref()
-            .and_then(|r| r.partial_rotary_factor)
-            .or(self.partial_rotary_factor)
-            .unwrap_or(0.25);
+        let rope_theta = rope.as_ref().and_then(|r| r.rope_theta).or(self.rope_theta).unwrap_or(10_000.0);
+        let partial_rotary_factor =
+            rope.as_ref().and_then(|r| r.partial_rotary_factor).or(self.partial_rotary_factor).unwrap_or(0.25);
         let feed_forward = match is_moe {
             true => FeedForwardType::Moe(MoeConfig {
                 num_experts: self.num_experts.unwrap_or(256),

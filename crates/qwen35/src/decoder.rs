@@ -1,11 +1,11 @@
 //! One decoder layer (transformers `models/qwen3_5/modeling_qwen3_5.py`): pre-norm residual blocks around a token mixer (Gated DeltaNet or
 //! gated attention) and a feed-forward (dense SwiGLU or sparse MoE).
 
+use crate::Qwen35Ops;
+use crate::format::FormatOps;
 use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{Tensor, backend::Backend};
-use crate::format::FormatOps;
-use crate::Qwen35Ops;
 
 use crate::attention::{GatedAttention, GatedAttentionConfig};
 use crate::cache::LayerState;

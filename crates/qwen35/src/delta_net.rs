@@ -3,9 +3,9 @@
 use burn::config::Config;
 use burn::module::{Initializer, Module, Param};
 use burn::nn::{Linear, LinearConfig};
-use decider_ops::{CausalConv1d, Gating, causal_conv1d, reshape, sigmoid};
 use burn::tensor::{Tensor, backend::Backend};
 use decider_ops::GatedDeltaRule;
+use decider_ops::{CausalConv1d, Gating, causal_conv1d, reshape, sigmoid};
 
 use crate::cache::DeltaNetState;
 use crate::delta_rule::{gated_delta_rule, recurrent_gated_delta_rule};
@@ -106,7 +106,9 @@ impl<B: GatedDeltaRule + CausalConv1d + ProjectionOps + Gating> GatedDeltaNet<B>
         // sequence); its new state is the last `K - 1` of the window.
         let weight = self.conv1d.val();
         let [conv_dim, kernel] = weight.dims();
-        let history = past.map(|p| p.conv.clone()).unwrap_or_else(|| Tensor::zeros([batch, kernel - 1, conv_dim], &mixed.device()));
+        let history = past
+            .map(|p| p.conv.clone())
+            .unwrap_or_else(|| Tensor::zeros([batch, kernel - 1, conv_dim], &mixed.device()));
         let (mixed, conv_state) = causal_conv1d(mixed, history, weight);
         let q = reshape(mixed.clone().narrow(2, 0, hk * dk), [batch, len, hk, dk]);
         let k = reshape(mixed.clone().narrow(2, hk * dk, hk * dk), [batch, len, hk, dk]);

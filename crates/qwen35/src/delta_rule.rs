@@ -69,9 +69,7 @@ fn prepare_query_key<B: Backend>(q: Tensor<B, 4>, k: Tensor<B, 4>, value_heads: 
         if group == 1 {
             x
         } else {
-            x.unsqueeze_dim::<5>(3)
-                .expand([batch, len, key_heads, group, dk])
-                .reshape([batch, len, value_heads, dk])
+            x.unsqueeze_dim::<5>(3).expand([batch, len, key_heads, group, dk]).reshape([batch, len, value_heads, dk])
         }
     };
     let q = l2_normalize(repeat(q)).mul_scalar((dk as f64).powf(-0.5));

@@ -34,9 +34,13 @@ pub enum LoadError {
     ShapeMismatch { name: String, expected: Vec<usize>, found: Vec<usize> },
     #[error("tensor `{name}` has dtype {dtype}, which is not supported (use F32, BF16 or F16)")]
     UnsupportedDtype { name: String, dtype: String },
-    #[error("tensor `{name}` has {count} NaN or infinite values (the first at flat index {first}): the checkpoint is broken")]
+    #[error(
+        "tensor `{name}` has {count} NaN or infinite values (the first at flat index {first}): the checkpoint is broken"
+    )]
     NonFinite { name: String, count: usize, first: usize },
-    #[error("tensor `{name}` has {count} values beyond the range of {format} (the first at flat index {first}): load it as bf16 or f32")]
+    #[error(
+        "tensor `{name}` has {count} values beyond the range of {format} (the first at flat index {first}): load it as bf16 or f32"
+    )]
     OutOfRange { name: String, count: usize, first: usize, format: crate::format::WeightFormat },
     /// A weight of a quantized folder whose blocks are not what their format says, or that is
     /// stored in a form this build does not read.

@@ -18,8 +18,9 @@ use std::str::FromStr;
 use burn::module::{Module, Param, ParamId};
 use burn::tensor::{FloatDType, Int, Tensor, backend::Backend};
 use decider_ops::{
-    ActivationBits, BlockInts, Half, HalfMatmul, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, grouped_half_float_matmul, grouped_half_matmul, grouped_q4_matmul, grouped_q8_matmul,
-    half_bits_f32, half_float_matmul, half_matmul, holds_half_floats, q4_matmul, q8_matmul,
+    ActivationBits, BlockInts, Half, HalfMatmul, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, grouped_half_float_matmul,
+    grouped_half_matmul, grouped_q4_matmul, grouped_q8_matmul, half_bits_f32, half_float_matmul, half_matmul,
+    holds_half_floats, q4_matmul, q8_matmul,
 };
 use serde::{Deserialize, Serialize};
 
@@ -50,8 +51,13 @@ pub enum WeightFormat {
 
 impl WeightFormat {
     /// Every format, by its command-line name.
-    pub const ALL: [(&'static str, WeightFormat); 5] =
-        [("f32", WeightFormat::F32), ("q8", WeightFormat::Q8), ("q4", WeightFormat::Q4), ("f16", WeightFormat::F16), ("bf16", WeightFormat::Bf16)];
+    pub const ALL: [(&'static str, WeightFormat); 5] = [
+        ("f32", WeightFormat::F32),
+        ("q8", WeightFormat::Q8),
+        ("q4", WeightFormat::Q4),
+        ("f16", WeightFormat::F16),
+        ("bf16", WeightFormat::Bf16),
+    ];
 
     /// The format that holds weights in `half`.
     pub fn of_half(half: Half) -> WeightFormat {
@@ -210,16 +216,28 @@ impl<B: Q8Matmul, const D: usize> Q8Weight<B, D> {
 
 /// Lazy zero parameters for Q8_0 `values [..., rows, cols]` and their `scales [..., rows, cols /
 /// 32]`, in the backend's `decider_ops::BlockStorage` (nothing is allocated until a parameter is read).
-pub(crate) fn lazy_q8_params<B: Q8Matmul, const D: usize>(weight_dims: [usize; D], device: &B::Device) -> (Param<Tensor<B, D, Int>>, Param<Tensor<B, D, Int>>) {
+pub(crate) fn lazy_q8_params<B: Q8Matmul, const D: usize>(
+    weight_dims: [usize; D],
+    device: &B::Device,
+) -> (Param<Tensor<B, D, Int>>, Param<Tensor<B, D, Int>>) {
     let storage = B::block_storage();
     let mut scales_dims = weight_dims;
     scales_dims[D - 1] /= Q8_BLOCK;
-    (lazy_int_param(storage.shape(BlockInts::Q8Values, weight_dims), device), lazy_int_param(storage.shape(BlockInts::ScaleBits, scales_dims), device))
+    (
+        lazy_int_param(storage.shape(BlockInts::Q8Values, weight_dims), device),
+        lazy_int_param(storage.shape(BlockInts::ScaleBits, scales_dims), device),
+    )
 }
 
 /// A lazy zero int parameter (nothing is allocated until it is read).
 fn lazy_int_param<B: Backend, const D: usize>(shape: [usize; D], device: &B::Device) -> Param<Tensor<B, D, Int>> {
-    Param::uninitialized(ParamId::new(), move |device, _| Tensor::zeros(shape, device), device.clone(), false, shape.into())
+    Param::uninitialized(
+        ParamId::new(),
+        move |device, _| Tensor::zeros(shape, device),
+        device.clone(),
+        false,
+        shape.into(),
+    )
 }
 
 impl<B: Q8Matmul> Q8Weight<B, 2> {
@@ -379,7 +397,10 @@ mod tests {
             assert_eq!(name.parse::<WeightChoice>(), Ok(choice));
             assert_eq!(choice.to_string(), name);
         }
-        assert_eq!("q3".parse::<WeightChoice>(), Err("unknown weight format `q3` (expected one of: auto, f32, q8, q4, f16, bf16)".to_owned()));
+        assert_eq!(
+            "q3".parse::<WeightChoice>(),
+            Err("unknown weight format `q3` (expected one of: auto, f32, q8, q4, f16, bf16)".to_owned())
+        );
         assert_eq!(WeightChoice::Auto.without_folder(), WeightFormat::F32);
     }
 }

@@ -40,11 +40,23 @@ pub use weights::{load_model, load_model_with_weights};
 /// causal conv, the matmuls with f32, Q8_0 and Q4_0 weights, the sigmoid and SiLU gates, reshapes
 /// in place). Every backend with those extensions has it.
 pub trait Qwen35Ops:
-    decider_ops::ExpertCount + decider_ops::GatedDeltaRule + decider_ops::CausalConv1d + format::FormatOps + decider_ops::DenseMatmul + decider_ops::Gating + decider_ops::Reshape
+    decider_ops::ExpertCount
+    + decider_ops::GatedDeltaRule
+    + decider_ops::CausalConv1d
+    + format::FormatOps
+    + decider_ops::DenseMatmul
+    + decider_ops::Gating
+    + decider_ops::Reshape
 {
 }
 
 impl<B> Qwen35Ops for B where
-    B: decider_ops::ExpertCount + decider_ops::GatedDeltaRule + decider_ops::CausalConv1d + format::FormatOps + decider_ops::DenseMatmul + decider_ops::Gating + decider_ops::Reshape
+    B: decider_ops::ExpertCount
+        + decider_ops::GatedDeltaRule
+        + decider_ops::CausalConv1d
+        + format::FormatOps
+        + decider_ops::DenseMatmul
+        + decider_ops::Gating
+        + decider_ops::Reshape
 {
 }

@@ -12,12 +12,12 @@
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Int, Tensor};
 
-use crate::decoder::{DecoderLayer, FeedForward, TokenMixer};
 use crate::Qwen35Ops;
+use crate::decoder::{DecoderLayer, FeedForward, TokenMixer};
 use crate::format::FormatOps;
-use decider_ops::BlockInts;
 use crate::model::{PrefillBlocks, Qwen35Model};
 use crate::weights::{Stored, stored};
+use decider_ops::BlockInts;
 
 /// Bytes of an f32 activation.
 const F32: usize = 4;
@@ -157,7 +157,12 @@ impl CallMemory {
     pub fn call_bytes(&self, batch: usize, tokens: usize, past: usize) -> usize {
         let segment_rows = batch * tokens.min(self.blocks.segment);
         let keys = self.blocks.key_block.min(past + tokens);
-        let layer = self.layers.iter().map(|&(width, heads)| F32 * segment_rows * width + SCORE_BYTES * segment_rows * heads * keys).max().unwrap_or(0);
+        let layer = self
+            .layers
+            .iter()
+            .map(|&(width, heads)| F32 * segment_rows * width + SCORE_BYTES * segment_rows * heads * keys)
+            .max()
+            .unwrap_or(0);
         let output = 2 * F32 * batch * tokens * self.hidden;
         self.cache_bytes(batch, tokens) + self.cache_bytes(batch, 0) + output + layer
     }

@@ -1,10 +1,10 @@
 //! SwiGLU feed-forward (transformers `models/qwen3_5/modeling_qwen3_5.py`): the dense MLP and the MoE shared expert.
 
+use crate::projection::ProjectionOps;
 use burn::config::Config;
 use burn::module::Module;
-use decider_ops::{Gating, silu};
 use burn::tensor::{Tensor, backend::Backend};
-use crate::projection::ProjectionOps;
+use decider_ops::{Gating, silu};
 
 use crate::format::{FormatOps, ProjectionInput, WeightFormat};
 use crate::projection::{Projection, ProjectionConfig};

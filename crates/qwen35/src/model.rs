@@ -1,15 +1,15 @@
 //! The Qwen3.5 text model (transformers `models/qwen3_5/modeling_qwen3_5.py`): embeddings, decoder layers, final norm, output head.
 
+use crate::Qwen35Ops;
 use burn::module::Module;
 use burn::tensor::{Int, Tensor, backend::Backend};
-use crate::Qwen35Ops;
 
 use crate::attention::GatedAttentionConfig;
 use crate::cache::ModelCache;
 use crate::config::{FeedForwardType, LayerType, Qwen35Config};
-use crate::format::{FormatOps, WeightFormat};
-use crate::decoder::{DecoderLayer, CallInputs, DecoderLayerConfig, FeedForwardConfig, TokenMixerConfig};
+use crate::decoder::{CallInputs, DecoderLayer, DecoderLayerConfig, FeedForwardConfig, TokenMixerConfig};
 use crate::delta_net::GatedDeltaNetConfig;
+use crate::format::{FormatOps, WeightFormat};
 use crate::mlp::MlpConfig;
 use crate::moe::SparseMoeConfig;
 use crate::norm::{RmsNorm, RmsNormConfig};
@@ -98,14 +98,16 @@ impl Qwen35Config {
             ),
         };
         let mlp = match &self.feed_forward {
-            FeedForwardType::Moe(moe) => FeedForwardConfig::Sparse(SparseMoeConfig::new(
-                h,
-                moe.num_experts,
-                moe.num_experts_per_tok,
-                moe.moe_intermediate_size,
-                moe.shared_expert_intermediate_size,
-            )
-            .with_weights(weights)),
+            FeedForwardType::Moe(moe) => FeedForwardConfig::Sparse(
+                SparseMoeConfig::new(
+                    h,
+                    moe.num_experts,
+                    moe.num_experts_per_tok,
+                    moe.moe_intermediate_size,
+                    moe.shared_expert_intermediate_size,
+                )
+                .with_weights(weights),
+            ),
             FeedForwardType::Dense { intermediate_size } => {
                 FeedForwardConfig::Dense(MlpConfig::new(h, *intermediate_size).with_weights(weights))
             }
@@ -177,7 +179,9 @@ impl<B: Qwen35Ops> Qwen35Model<B> {
         }
         let layers = (0..self.layers.len())
             .map(|i| {
-                let part = |part: fn(&LayerTrace<B>) -> &Tensor<B, 3>| join(layers.iter().map(|s| part(&s[i]).clone()).collect());
+                let part = |part: fn(&LayerTrace<B>) -> &Tensor<B, 3>| {
+                    join(layers.iter().map(|s| part(&s[i]).clone()).collect())
+                };
                 LayerTrace { mixer: part(|t| &t.mixer), mlp: part(|t| &t.mlp), hidden: part(|t| &t.hidden) }
             })
             .collect();
@@ -214,7 +218,12 @@ impl<B: Qwen35Ops> Qwen35Model<B> {
 
     /// Runs the decoder layers and the final norm over one segment of embedded tokens, extending `cache`;
     /// pushes each layer's outputs to `trace` if given.
-    fn run(&self, embeddings: Tensor<B, 3>, cache: &mut ModelCache<B>, mut trace: Option<&mut Vec<LayerTrace<B>>>) -> Tensor<B, 3> {
+    fn run(
+        &self,
+        embeddings: Tensor<B, 3>,
+        cache: &mut ModelCache<B>,
+        mut trace: Option<&mut Vec<LayerTrace<B>>>,
+    ) -> Tensor<B, 3> {
         let [_, len, _] = embeddings.dims();
         let mut hidden = embeddings;
         let rope = RotaryEmbedding::new(self.rotary_dim, self.rope_theta);

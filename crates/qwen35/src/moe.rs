@@ -5,9 +5,9 @@ use burn::config::Config;
 use burn::module::{Initializer, Module, Param};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation::softmax;
-use decider_ops::{Gating, reshape, sigmoid, silu};
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, backend::Backend};
 use decider_ops::{ExpertCount, Half, expert_count, grouped_matmul};
+use decider_ops::{Gating, reshape, sigmoid, silu};
 
 use crate::projection::{ProjectionOps, linear};
 
@@ -108,7 +108,9 @@ impl SparseMoeConfig {
                 WeightFormat::F16 => Experts::F16(half_experts(e, h, i, Half::F16, device)),
                 WeightFormat::Bf16 => Experts::Bf16(half_experts(e, h, i, Half::Bf16, device)),
             },
-            shared_expert: MlpConfig::new(h, self.shared_expert_intermediate_size).with_weights(self.weights).init(device),
+            shared_expert: MlpConfig::new(h, self.shared_expert_intermediate_size)
+                .with_weights(self.weights)
+                .init(device),
             shared_expert_gate: linear(h, 1),
             num_experts_per_tok: self.num_experts_per_tok,
         }
@@ -117,7 +119,10 @@ impl SparseMoeConfig {
 
 /// Lazy 16-bit experts in `half`: `e` experts of SwiGLU width `i` on `h`.
 fn half_experts<B: Backend>(e: usize, h: usize, i: usize, half: Half, device: &B::Device) -> HalfExperts<B> {
-    HalfExperts { gate_up_proj: HalfWeight::init([e, 2 * i, h], half, device), down_proj: HalfWeight::init([e, h, i], half, device) }
+    HalfExperts {
+        gate_up_proj: HalfWeight::init([e, 2 * i, h], half, device),
+        down_proj: HalfWeight::init([e, h, i], half, device),
+    }
 }
 
 impl<B: ExpertCount + ProjectionOps + Gating> SparseMoe<B> {
@@ -153,7 +158,8 @@ impl<B: ExpertCount + ProjectionOps + Gating> SparseMoe<B> {
         let (sorted_experts, order) = experts.reshape([n * k]).sort_with_indices(0);
         let counts = expert_count(sorted_experts, num_experts);
         // Token of flat pair p is p / k, gathered instead of divided (candle has no int division).
-        let token_of_flat = Tensor::<B, 1, Int>::arange(0..n as i64, &device).unsqueeze_dim::<2>(1).expand([n, k]).reshape([n * k]);
+        let token_of_flat =
+            Tensor::<B, 1, Int>::arange(0..n as i64, &device).unsqueeze_dim::<2>(1).expand([n, k]).reshape([n * k]);
         let token_of_pair = token_of_flat.select(0, order.clone());
         let pair_weights = weights.reshape([n * k]).select(0, order).reshape([n * k, 1]);
         let rows = tokens.select(0, token_of_pair.clone());
@@ -187,7 +193,6 @@ impl<B: FormatOps> Experts<B> {
             }
         }
     }
-
 }
 
 impl<B: ProjectionOps + Gating> Experts<B> {

@@ -2,8 +2,8 @@
 
 use burn::config::Config;
 use burn::module::{Initializer, Module, Param};
-use decider_ops::{Gating, silu};
 use burn::tensor::{Tensor, backend::Backend};
+use decider_ops::{Gating, silu};
 
 /// Configuration of both norm kinds: the normalised width and epsilon.
 #[derive(Config, Debug)]

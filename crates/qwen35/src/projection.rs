@@ -34,7 +34,9 @@ pub enum Projection<B: Backend> {
 impl ProjectionConfig {
     pub fn init<B: FormatOps>(&self, device: &B::Device) -> Projection<B> {
         match self.weights.for_input_width(self.d_input) {
-            WeightFormat::F32 => Projection::Float(LinearConfig::new(self.d_input, self.d_output).with_bias(false).init(device)),
+            WeightFormat::F32 => {
+                Projection::Float(LinearConfig::new(self.d_input, self.d_output).with_bias(false).init(device))
+            }
             WeightFormat::Q8 => Projection::Q8(Q8Weight::init([self.d_output, self.d_input], self.input, device)),
             WeightFormat::Q4 => Projection::Q4(Q4Weight::init([self.d_output, self.d_input], device)),
             WeightFormat::F16 => Projection::F16(HalfWeight::init([self.d_output, self.d_input], Half::F16, device)),
@@ -70,7 +72,10 @@ pub fn linear<B: ProjectionOps, const D: usize>(linear: &Linear<B>, x: Tensor<B,
 }
 
 /// `product` of `x`'s rows `[rows, last]`, reshaped back to `x`'s leading dimensions.
-fn by_rows<B: ProjectionOps, const D: usize>(x: Tensor<B, D>, product: impl FnOnce(Tensor<B, 2>) -> Tensor<B, 2>) -> Tensor<B, D> {
+fn by_rows<B: ProjectionOps, const D: usize>(
+    x: Tensor<B, D>,
+    product: impl FnOnce(Tensor<B, 2>) -> Tensor<B, 2>,
+) -> Tensor<B, D> {
     let mut dims = x.dims();
     let rows = dims[..D - 1].iter().product();
     let out = product(reshape(x, [rows, dims[D - 1]]));

@@ -22,7 +22,10 @@ use half::f16;
 use safetensors::Dtype;
 use safetensors::tensor::TensorView;
 
-use crate::checkpoint::{Checkpoint, FORMAT_KEY, HalfValues, Q4_SCALES, Q4_VALUES, Q8_SCALES, Q8_VALUES, block_part, packed_shape, scales_shape};
+use crate::checkpoint::{
+    Checkpoint, FORMAT_KEY, HalfValues, Q4_SCALES, Q4_VALUES, Q8_SCALES, Q8_VALUES, block_part, packed_shape,
+    scales_shape,
+};
 use crate::config::Qwen35Config;
 use crate::error::LoadError;
 use crate::format::{FormatOps, WeightFormat};
@@ -34,7 +37,12 @@ const SHARD_BYTES: usize = 1 << 30;
 /// Writes the model folder `dir` with its weights in `weights` (any format but f32) to the folder
 /// `out` (created if needed; files of the same names are replaced). Returns the number of
 /// tensors written. `B` only types the lazily built model: nothing is allocated on it.
-pub fn quantize_folder<B: FormatOps>(dir: &Path, out: &Path, weights: WeightFormat, device: &B::Device) -> Result<usize, LoadError> {
+pub fn quantize_folder<B: FormatOps>(
+    dir: &Path,
+    out: &Path,
+    weights: WeightFormat,
+    device: &B::Device,
+) -> Result<usize, LoadError> {
     assert_ne!(weights, WeightFormat::F32, "quantize_folder: f32 is the checkpoint's own format");
     let io = |path: &Path| {
         let path = path.to_path_buf();
@@ -42,7 +50,10 @@ pub fn quantize_folder<B: FormatOps>(dir: &Path, out: &Path, weights: WeightForm
     };
     // Writing into the model folder would overwrite the shards being read.
     if out.canonicalize().ok().is_some_and(|out| dir.canonicalize().is_ok_and(|dir| dir == out)) {
-        return Err(io(out)(std::io::Error::new(std::io::ErrorKind::InvalidInput, "the output folder is the model folder")));
+        return Err(io(out)(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the output folder is the model folder",
+        )));
     }
     let config = Qwen35Config::from_file(dir.join("config.json"))?;
     let checkpoint = Checkpoint::open_dir(dir)?;
@@ -55,7 +66,14 @@ pub fn quantize_folder<B: FormatOps>(dir: &Path, out: &Path, weights: WeightForm
             std::fs::copy(&path, out.join(name)).map_err(io(&path))?;
         }
     }
-    let mut writer = ShardWriter { out: out.to_path_buf(), shards: 0, weights, pending: Vec::new(), pending_bytes: 0, weight_map: BTreeMap::new() };
+    let mut writer = ShardWriter {
+        out: out.to_path_buf(),
+        shards: 0,
+        weights,
+        pending: Vec::new(),
+        pending_bytes: 0,
+        weight_map: BTreeMap::new(),
+    };
     let mut filler = CheckpointFiller::<B>::new(&checkpoint, device)?.writing_to(&mut writer);
     let _unfilled = config.init_with_weights::<B>(weights, device).map(&mut filler);
     if let Some(error) = filler.error {
@@ -100,7 +118,10 @@ impl ShardWriter {
         let file = format!("model-{:05}.safetensors", self.shards);
         let path = self.out.join(&file);
         let views = self.pending.iter().map(|(name, dtype, shape, bytes)| {
-            (name.as_str(), TensorView::new(*dtype, shape.clone(), bytes).expect("the bytes of a tensor read match its shape"))
+            (
+                name.as_str(),
+                TensorView::new(*dtype, shape.clone(), bytes).expect("the bytes of a tensor read match its shape"),
+            )
         });
         safetensors::serialize_to_file(views, Some(self.metadata()), &path)
             .map_err(|e| LoadError::Io { path: path.clone(), cause: std::io::Error::other(e) })?;
@@ -116,7 +137,8 @@ impl ShardWriter {
         self.flush()?;
         let path = self.out.join("model.safetensors.index.json");
         let index = serde_json::json!({"metadata": self.metadata(), "weight_map": self.weight_map});
-        std::fs::write(&path, serde_json::to_string_pretty(&index).expect("an index is JSON")).map_err(|cause| LoadError::Io { path, cause })?;
+        std::fs::write(&path, serde_json::to_string_pretty(&index).expect("an index is JSON"))
+            .map_err(|cause| LoadError::Io { path, cause })?;
         Ok(self.weight_map.len())
     }
 }
@@ -137,7 +159,12 @@ impl Written for Vec<f32> {
 impl Written for (Vec<i8>, Vec<f16>) {
     fn write(&self, name: &str, shape: &[usize], writer: &mut ShardWriter) -> Result<(), LoadError> {
         let (values, scales) = self;
-        writer.add(block_part(name, Q8_VALUES), Dtype::I8, shape.to_vec(), values.iter().map(|&v| v as u8).collect())?;
+        writer.add(
+            block_part(name, Q8_VALUES),
+            Dtype::I8,
+            shape.to_vec(),
+            values.iter().map(|&v| v as u8).collect(),
+        )?;
         write_scales(name, Q8_SCALES, shape, scales, writer)
     }
 }
@@ -163,6 +190,17 @@ impl Written for HalfValues {
 }
 
 /// The scales `{name}.{part}` of weight `name` of `shape`.
-fn write_scales(name: &str, part: &str, shape: &[usize], scales: &[f16], writer: &mut ShardWriter) -> Result<(), LoadError> {
-    writer.add(block_part(name, part), Dtype::F16, scales_shape(name, shape)?, scales.iter().flat_map(|d| d.to_le_bytes()).collect())
+fn write_scales(
+    name: &str,
+    part: &str,
+    shape: &[usize],
+    scales: &[f16],
+    writer: &mut ShardWriter,
+) -> Result<(), LoadError> {
+    writer.add(
+        block_part(name, part),
+        Dtype::F16,
+        scales_shape(name, shape)?,
+        scales.iter().flat_map(|d| d.to_le_bytes()).collect(),
+    )
 }

@@ -15,9 +15,8 @@ pub struct RotaryEmbedding {
 
 impl RotaryEmbedding {
     pub fn new(rotary_dim: usize, theta: f64) -> Self {
-        let inv_freq = (0..rotary_dim / 2)
-            .map(|j| 1.0 / (theta as f32).powf((2 * j) as f32 / rotary_dim as f32))
-            .collect();
+        let inv_freq =
+            (0..rotary_dim / 2).map(|j| 1.0 / (theta as f32).powf((2 * j) as f32 / rotary_dim as f32)).collect();
         Self { inv_freq }
     }
 
@@ -57,10 +56,6 @@ impl RotaryEmbedding {
         let cos = cos.clone().unsqueeze::<4>();
         let sin = sin.clone().unsqueeze::<4>();
         let rotated = rotated * cos + rotate_half * sin;
-        if dim == head_dim {
-            rotated
-        } else {
-            Tensor::cat(vec![rotated, x.narrow(3, dim, head_dim - dim)], 3)
-        }
+        if dim == head_dim { rotated } else { Tensor::cat(vec![rotated, x.narrow(3, dim, head_dim - dim)], 3) }
     }
 }

@@ -49,14 +49,20 @@ impl TokenTableConfig {
     /// A lazy table: shapes only, filled from a checkpoint or at first use.
     pub fn init<B: FormatOps>(&self, device: &B::Device) -> TokenTable<B> {
         match self.weights.for_input_width(self.hidden_size) {
-            WeightFormat::F32 => TokenTable::Float(EmbeddingConfig::new(self.vocab_size, self.hidden_size).init(device)),
+            WeightFormat::F32 => {
+                TokenTable::Float(EmbeddingConfig::new(self.vocab_size, self.hidden_size).init(device))
+            }
             // 8-bit in `q4` too: the head's rows are the label logits themselves.
             WeightFormat::Q8 | WeightFormat::Q4 => {
                 let (values, scales) = lazy_q8_params([self.vocab_size, self.hidden_size], device);
                 TokenTable::Q8(Q8Rows { values, scales })
             }
-            WeightFormat::F16 => TokenTable::F16(HalfWeight::init([self.vocab_size, self.hidden_size], Half::F16, device)),
-            WeightFormat::Bf16 => TokenTable::Bf16(HalfWeight::init([self.vocab_size, self.hidden_size], Half::Bf16, device)),
+            WeightFormat::F16 => {
+                TokenTable::F16(HalfWeight::init([self.vocab_size, self.hidden_size], Half::F16, device))
+            }
+            WeightFormat::Bf16 => {
+                TokenTable::Bf16(HalfWeight::init([self.vocab_size, self.hidden_size], Half::Bf16, device))
+            }
         }
     }
 }
@@ -120,7 +126,10 @@ impl<B: FormatOps> TokenTable<B> {
     fn row_range(&self, start: usize, count: usize) -> Tensor<B, 2> {
         match self {
             TokenTable::Float(embedding) => embedding.weight.val().narrow(0, start, count),
-            TokenTable::Q8(rows) => dequantize(q8_values_f32(rows.values.val().narrow(0, start, count)), rows.scales.val().narrow(0, start, count)),
+            TokenTable::Q8(rows) => dequantize(
+                q8_values_f32(rows.values.val().narrow(0, start, count)),
+                rows.scales.val().narrow(0, start, count),
+            ),
             TokenTable::F16(rows) => rows.row_range(start, count, Half::F16),
             TokenTable::Bf16(rows) => rows.row_range(start, count, Half::Bf16),
         }
@@ -131,5 +140,6 @@ impl<B: FormatOps> TokenTable<B> {
 fn dequantize<B: FormatOps>(values: Tensor<B, 2>, scales: Tensor<B, 2, Int>) -> Tensor<B, 2> {
     let [rows, hidden] = values.dims();
     let blocks = hidden / Q8_BLOCK;
-    (values.reshape([rows, blocks, Q8_BLOCK]) * block_scales_f32(scales, blocks).reshape([rows, blocks, 1])).reshape([rows, hidden])
+    (values.reshape([rows, blocks, Q8_BLOCK]) * block_scales_f32(scales, blocks).reshape([rows, blocks, 1]))
+        .reshape([rows, hidden])
 }

@@ -100,10 +100,14 @@ pub const STORED: [(&str, &str, Stored); 12] = [
 /// Routed experts: `(weight, the per-expert tensors it fuses, in order along `out`)`.
 /// `{..}.experts.gate_up_proj [E, 2I, H]` is `{..}.experts.{e}.gate_proj.weight [I, H]` then
 /// `{..}.experts.{e}.up_proj.weight [I, H]` for each expert `e`.
-pub const EXPERT_PARTS: [(&str, &[&str]); 2] = [("gate_up_proj", &["gate_proj", "up_proj"]), ("down_proj", &["down_proj"])];
+pub const EXPERT_PARTS: [(&str, &[&str]); 2] =
+    [("gate_up_proj", &["gate_proj", "up_proj"]), ("down_proj", &["down_proj"])];
 
 /// Loads `config.json` and the safetensors weights of a model folder, in f32.
-pub fn load_model<B: FormatOps>(dir: impl AsRef<Path>, device: &B::Device) -> Result<(Qwen35Config, Qwen35Model<B>), LoadError> {
+pub fn load_model<B: FormatOps>(
+    dir: impl AsRef<Path>,
+    device: &B::Device,
+) -> Result<(Qwen35Config, Qwen35Model<B>), LoadError> {
     load_model_with_weights(dir, WeightFormat::F32, device)
 }
 
@@ -164,7 +168,16 @@ impl<'a, B: FormatOps> CheckpointFiller<'a, B> {
             .ok_or_else(|| LoadError::MissingTensor {
                 name: PREFIXES.map(|prefix| format!("{prefix}embed_tokens.weight")).join(" or "),
             })?;
-        Ok(Self { checkpoint, device, prefix, path: Vec::new(), pending_scales: None, tensors_read: Vec::new(), error: None, writer: None })
+        Ok(Self {
+            checkpoint,
+            device,
+            prefix,
+            path: Vec::new(),
+            pending_scales: None,
+            tensors_read: Vec::new(),
+            error: None,
+            writer: None,
+        })
     }
 
     /// This filler writing each tensor it reads to `writer` (in the checkpoint's names and
@@ -177,8 +190,11 @@ impl<'a, B: FormatOps> CheckpointFiller<'a, B> {
     /// last field).
     fn checkpoint_name(&self, of_module: bool) -> String {
         let end = self.path.len() - usize::from(of_module);
-        let path: Vec<&str> =
-            self.path[..end].iter().map(|(name, _)| name.as_str()).filter(|name| !FORMAT_VARIANTS.contains(name)).collect();
+        let path: Vec<&str> = self.path[..end]
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .filter(|name| !FORMAT_VARIANTS.contains(name))
+            .collect();
         let mut name = format!(".{}.", path.join("."));
         for (ours, theirs) in RENAMES {
             name = name.replace(&format!(".{ours}."), &format!(".{theirs}."));
@@ -207,7 +223,12 @@ impl<'a, B: FormatOps> CheckpointFiller<'a, B> {
 
     /// The weight `name` as `[batch, out, in]` values, read by `read`: `{name}.weight` (batch
     /// 1), or routed experts, fused or per expert.
-    fn read_weight<T: Stack + Written>(&mut self, name: &str, [batch, d_out, d_in]: [usize; 3], read: Reader<T>) -> Result<T, LoadError> {
+    fn read_weight<T: Stack + Written>(
+        &mut self,
+        name: &str,
+        [batch, d_out, d_in]: [usize; 3],
+        read: Reader<T>,
+    ) -> Result<T, LoadError> {
         let (module, field) = name.rsplit_once('.').unwrap_or(("", name));
         let expert_parts = EXPERT_PARTS.iter().find(|(weight, _)| *weight == field).map(|(_, parts)| *parts);
         match expert_parts {
@@ -239,7 +260,8 @@ impl<'a, B: FormatOps> CheckpointFiller<'a, B> {
             }
             Stored::Transposed { of_module } => {
                 let (batch, d_in, d_out) = stack_dims(shape);
-                let weight = self.read_weight(&self.checkpoint_name(of_module), [batch, d_out, d_in], Checkpoint::read_f32)?;
+                let weight =
+                    self.read_weight(&self.checkpoint_name(of_module), [batch, d_out, d_in], Checkpoint::read_f32)?;
                 // A writer has written it as it is read; the parameter stays unfilled.
                 match self.writer {
                     Some(_) => Ok(weight),
@@ -303,8 +325,12 @@ impl<B: FormatOps> ModuleMapper<B> for CheckpointFiller<'_, B> {
         // A writer has written the tensor as it was read: the parameter stays unfilled.
         let fill = self.writer.is_none();
         let tensor = match self.stored() {
-            Stored::Half => self.half_values(&shape).map(|values| fill.then(|| half_floats(values.bits, values.half, shape, self.device))),
-            _ => self.float_values(&shape).map(|values| fill.then(|| Tensor::from_data(TensorData::new(values, shape), self.device))),
+            Stored::Half => self
+                .half_values(&shape)
+                .map(|values| fill.then(|| half_floats(values.bits, values.half, shape, self.device))),
+            _ => self
+                .float_values(&shape)
+                .map(|values| fill.then(|| Tensor::from_data(TensorData::new(values, shape), self.device))),
         };
         match tensor {
             Ok(None) => param,
@@ -360,16 +386,14 @@ impl<B: FormatOps> ModuleMapper<B> for CheckpointFiller<'_, B> {
                     block_scales(scales, dims, self.device)
                 }
             },
-            Stored::Half => {
-                match self.half_values(&shape) {
-                    Ok(_) if self.writer.is_some() => return param,
-                    Ok(values) => half_bits(values.bits, shape, self.device),
-                    Err(error) => {
-                        self.error = Some(error);
-                        return param;
-                    }
+            Stored::Half => match self.half_values(&shape) {
+                Ok(_) if self.writer.is_some() => return param,
+                Ok(values) => half_bits(values.bits, shape, self.device),
+                Err(error) => {
+                    self.error = Some(error);
+                    return param;
                 }
-            }
+            },
             _ => unreachable!("the only int parameters are blocks and 16-bit patterns"),
         };
         let id = param.id;
@@ -490,7 +514,11 @@ mod tests {
             for b in 0..batch {
                 for r in 0..rows {
                     for c in 0..cols {
-                        assert_eq!(out[b * rows * cols + c * rows + r], values[b * rows * cols + r * cols + c], "{batch}x{rows}x{cols}");
+                        assert_eq!(
+                            out[b * rows * cols + c * rows + r],
+                            values[b * rows * cols + r * cols + c],
+                            "{batch}x{rows}x{cols}"
+                        );
                     }
                 }
             }

@@ -45,8 +45,14 @@ fn check_scan_equals_recurrent<B: Qwen35Ops>() {
             for with_state in [false, true] {
                 let x = inputs::<B>(len, key_heads, value_heads);
                 let initial = with_state.then(|| x.state.clone());
-                let (out_c, state_c) =
-                    gated_delta_rule(x.q.clone(), x.k.clone(), x.v.clone(), x.g.clone(), x.beta.clone(), initial.clone());
+                let (out_c, state_c) = gated_delta_rule(
+                    x.q.clone(),
+                    x.k.clone(),
+                    x.v.clone(),
+                    x.g.clone(),
+                    x.beta.clone(),
+                    initial.clone(),
+                );
                 let (out_r, state_r) = recurrent_gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, initial);
                 assert_eq!(out_c.dims(), [2, len, value_heads, 8]);
                 let (e_out, e_state) = (relative_error(out_c, out_r), relative_error(state_c, state_r));
@@ -60,17 +66,25 @@ fn check_scan_equals_recurrent<B: Qwen35Ops>() {
 
 fn check_two_calls_equal_one<B: Qwen35Ops>() {
     let x = inputs::<B>(150, 2, 4);
-    let (full, full_state) =
-        gated_delta_rule(x.q.clone(), x.k.clone(), x.v.clone(), x.g.clone(), x.beta.clone(), None);
+    let (full, full_state) = gated_delta_rule(x.q.clone(), x.k.clone(), x.v.clone(), x.g.clone(), x.beta.clone(), None);
     let split = 70;
     let part = |t: &Tensor<B, 4>, s: usize, n: usize| t.clone().narrow(1, s, n);
     let part3 = |t: &Tensor<B, 3>, s: usize, n: usize| t.clone().narrow(1, s, n);
     let (first, state) = gated_delta_rule(
-        part(&x.q, 0, split), part(&x.k, 0, split), part(&x.v, 0, split), part3(&x.g, 0, split), part3(&x.beta, 0, split), None,
+        part(&x.q, 0, split),
+        part(&x.k, 0, split),
+        part(&x.v, 0, split),
+        part3(&x.g, 0, split),
+        part3(&x.beta, 0, split),
+        None,
     );
     let rest = 150 - split;
     let (second, final_state) = gated_delta_rule(
-        part(&x.q, split, rest), part(&x.k, split, rest), part(&x.v, split, rest), part3(&x.g, split, rest), part3(&x.beta, split, rest),
+        part(&x.q, split, rest),
+        part(&x.k, split, rest),
+        part(&x.v, split, rest),
+        part3(&x.g, split, rest),
+        part3(&x.beta, split, rest),
         Some(state),
     );
     let joined = Tensor::cat(vec![first, second], 1);

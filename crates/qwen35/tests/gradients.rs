@@ -29,8 +29,12 @@ fn random(n: usize, distribution: Distribution) -> Vec<f32> {
 /// `sum(out * weights)` and the input tensors (tracked).
 fn run(x: &Inputs, weights: &Tensor<B, 4>) -> (Tensor<B, 1>, [Tensor<B, 4>; 3], [Tensor<B, 3>; 2]) {
     let device = Default::default();
-    let t4 = |v: &Vec<f32>, heads, d| Tensor::<B, 4>::from_data(TensorData::new(v.clone(), [1, LEN, heads, d]), &device).require_grad();
-    let t3 = |v: &Vec<f32>| Tensor::<B, 3>::from_data(TensorData::new(v.clone(), [1, LEN, VALUE_HEADS]), &device).require_grad();
+    let t4 = |v: &Vec<f32>, heads, d| {
+        Tensor::<B, 4>::from_data(TensorData::new(v.clone(), [1, LEN, heads, d]), &device).require_grad()
+    };
+    let t3 = |v: &Vec<f32>| {
+        Tensor::<B, 3>::from_data(TensorData::new(v.clone(), [1, LEN, VALUE_HEADS]), &device).require_grad()
+    };
     let (q, k, v) = (t4(&x.q, KEY_HEADS, DK), t4(&x.k, KEY_HEADS, DK), t4(&x.v, VALUE_HEADS, DV));
     let (g, beta) = (t3(&x.g), t3(&x.beta));
     let (out, _) = gated_delta_rule(q.clone(), k.clone(), v.clone(), g.clone(), beta.clone(), None);
@@ -72,7 +76,11 @@ fn delta_rule_gradients_match_finite_differences() {
             };
             let numeric = (shifted(eps) - shifted(-eps)) / (2.0 * eps as f64);
             let diff = (analytic[k] as f64 - numeric).abs();
-            assert!(diff <= 2e-2 * numeric.abs().max(1.0), "d/d{name}[{k}]: analytic {} vs numeric {numeric}", analytic[k]);
+            assert!(
+                diff <= 2e-2 * numeric.abs().max(1.0),
+                "d/d{name}[{k}]: analytic {} vs numeric {numeric}",
+                analytic[k]
+            );
         }
     }
 }

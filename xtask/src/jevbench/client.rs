@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use decider::{Decider, DeciderError, SystemOneRequest};
 use decider::Qwen35Ops;
+use decider::{Decider, DeciderError, SystemOneRequest};
 use serde_json::{Map, Value, json};
 
 use super::items::Item;
@@ -84,7 +84,9 @@ impl Endpoint for Http {
     fn post(&mut self, body: &Value) -> Result<Value, Failure> {
         match self.agent.post(&self.url).set("Content-Type", "application/json").send_json(body) {
             Ok(response) => response.into_json().map_err(|e| Failure::Transport(format!("unreadable response: {e}"))),
-            Err(ureq::Error::Status(code, response)) => Err(Failure::Status(code, response.into_string().unwrap_or_default())),
+            Err(ureq::Error::Status(code, response)) => {
+                Err(Failure::Status(code, response.into_string().unwrap_or_default()))
+            }
             Err(e) => Err(Failure::Transport(e.to_string())),
         }
     }
@@ -96,7 +98,12 @@ mod tests {
 
     #[test]
     fn an_endpoint_is_a_base_url_or_the_routes_full_url() {
-        for endpoint in ["http://127.0.0.1:8000", "http://127.0.0.1:8000/", "http://127.0.0.1:8000/v1/systemone", "http://127.0.0.1:8000/v1/systemone/"] {
+        for endpoint in [
+            "http://127.0.0.1:8000",
+            "http://127.0.0.1:8000/",
+            "http://127.0.0.1:8000/v1/systemone",
+            "http://127.0.0.1:8000/v1/systemone/",
+        ] {
             assert_eq!(systemone_url(endpoint), "http://127.0.0.1:8000/v1/systemone", "{endpoint}");
         }
         assert_eq!(systemone_url("https://host/prefix"), "https://host/prefix/v1/systemone");

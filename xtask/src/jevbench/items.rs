@@ -17,9 +17,27 @@ pub struct Tier {
 }
 
 pub const TIERS: [Tier; 3] = [
-    Tier { name: "easy", file: "easy.jsonl", sha256: "3b8afa6e55e4decf1c8e116910443215690951dd51e15b7a6e4b813bc83c1eae", count: 48, board_chance: 0.28403 },
-    Tier { name: "standard", file: "original.jsonl", sha256: "157c355d5d07fba47d516acdb048607a5ee4ef14347bbf87cf67dac73d1a193e", count: 72, board_chance: 0.31667 },
-    Tier { name: "hard", file: "hard.jsonl", sha256: "5ed49f0a43a468993747a22b007fe65fc1187ed433d3c3a95ff9b69a293a8e34", count: 111, board_chance: 0.33644 },
+    Tier {
+        name: "easy",
+        file: "easy.jsonl",
+        sha256: "3b8afa6e55e4decf1c8e116910443215690951dd51e15b7a6e4b813bc83c1eae",
+        count: 48,
+        board_chance: 0.28403,
+    },
+    Tier {
+        name: "standard",
+        file: "original.jsonl",
+        sha256: "157c355d5d07fba47d516acdb048607a5ee4ef14347bbf87cf67dac73d1a193e",
+        count: 72,
+        board_chance: 0.31667,
+    },
+    Tier {
+        name: "hard",
+        file: "hard.jsonl",
+        sha256: "5ed49f0a43a468993747a22b007fe65fc1187ed433d3c3a95ff9b69a293a8e34",
+        count: 111,
+        board_chance: 0.33644,
+    },
 ];
 
 /// One public item. `question` and `state` keep the file's key order.
@@ -71,7 +89,12 @@ fn parse_item(tier: &'static str, line: &str) -> anyhow::Result<Item> {
         Value::Number(n) => n.to_string(),
         other => bail!("\"expected\" must be a label or a level, got {other}"),
     };
-    let labels = row["labels"].as_array().context("\"labels\" must be a list")?.iter().map(|l| l.as_str().map(str::to_owned).context("labels are strings")).collect::<anyhow::Result<_>>()?;
+    let labels = row["labels"]
+        .as_array()
+        .context("\"labels\" must be a list")?
+        .iter()
+        .map(|l| l.as_str().map(str::to_owned).context("labels are strings"))
+        .collect::<anyhow::Result<_>>()?;
     Ok(Item {
         tier,
         id: text("id")?,

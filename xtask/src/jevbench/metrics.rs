@@ -43,12 +43,14 @@ impl Metrics {
         let n = records.len();
         let correct = records.iter().filter(|r| r.correct).count();
         let ratio = |k: usize| if n == 0 { 0.0 } else { k as f64 / n as f64 };
-        let with_probs: Vec<(&Record, Vec<f64>)> = records.iter().filter_map(|r| r.prob_values().map(|p| (*r, p))).collect();
+        let with_probs: Vec<(&Record, Vec<f64>)> =
+            records.iter().filter_map(|r| r.prob_values().map(|p| (*r, p))).collect();
         let brier = mean(with_probs.iter().map(|(r, p)| {
             labels(r).iter().zip(p).map(|(l, pk)| (pk - if *l == r.expected { 1.0 } else { 0.0 }).powi(2)).sum()
         }));
         let (ece, ece_bins) = ece(with_probs.iter().map(|(r, p)| (p.iter().cloned().fold(0.0, f64::max), r.correct)));
-        let ordinal_mae = mean(records.iter().filter_map(|r| Some((r.ordinal_ev? - r.expected.parse::<f64>().ok()?).abs())));
+        let ordinal_mae =
+            mean(records.iter().filter_map(|r| Some((r.ordinal_ev? - r.expected.parse::<f64>().ok()?).abs())));
         let latencies: Vec<f64> = records.iter().map(|r| r.latency_s).collect();
         Metrics {
             n,
@@ -89,7 +91,13 @@ pub fn ece(points: impl Iterator<Item = (f64, bool)>) -> (Option<f64>, Vec<EceBi
         .iter()
         .enumerate()
         .filter(|(_, b)| b.0 > 0)
-        .map(|(i, &(n, c, conf))| EceBin { lower: i as f64 / 10.0, upper: (i + 1) as f64 / 10.0, n, accuracy: c as f64 / n as f64, confidence: conf / n as f64 })
+        .map(|(i, &(n, c, conf))| EceBin {
+            lower: i as f64 / 10.0,
+            upper: (i + 1) as f64 / 10.0,
+            n,
+            accuracy: c as f64 / n as f64,
+            confidence: conf / n as f64,
+        })
         .collect();
     let ece = report.iter().map(|b| b.n as f64 / total as f64 * (b.accuracy - b.confidence).abs()).sum();
     (Some(ece), report)

@@ -14,9 +14,9 @@ pub mod summary;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use decider::Qwen35Ops;
 use decider_cli::backend::{BackendName, GenericTask};
 use decider_cli::model_source::{ModelSource, WeightsArg};
-use decider::Qwen35Ops;
 use serde_json::{Value, json};
 
 use self::client::{Endpoint, Http, InProcess};
@@ -57,7 +57,10 @@ pub struct JevbenchArgs {
 pub fn select_items(assets: &Path, tiers: &[String], limit: Option<usize>) -> anyhow::Result<Vec<Item>> {
     let mut items = Vec::new();
     for name in tiers {
-        let tier = TIERS.iter().find(|t| t.name == name).with_context(|| format!("unknown tier {name:?}; the tiers are easy, standard, hard"))?;
+        let tier = TIERS
+            .iter()
+            .find(|t| t.name == name)
+            .with_context(|| format!("unknown tier {name:?}; the tiers are easy, standard, hard"))?;
         let mut tier_items = load_tier(assets, tier)?;
         tier_items.truncate(limit.unwrap_or(usize::MAX));
         items.extend(tier_items);
@@ -89,7 +92,9 @@ fn create_records_file(out: &Path) -> anyhow::Result<std::io::BufWriter<std::fs:
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let path = out.join("records.jsonl");
     let file = std::fs::File::create_new(&path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::AlreadyExists => anyhow::anyhow!("{} already holds a run (records.jsonl); choose another --out or remove it", out.display()),
+        std::io::ErrorKind::AlreadyExists => {
+            anyhow::anyhow!("{} already holds a run (records.jsonl); choose another --out or remove it", out.display())
+        }
         _ => anyhow::Error::new(e).context(format!("creating {}", path.display())),
     })?;
     Ok(std::io::BufWriter::new(file))

@@ -134,7 +134,8 @@ mod tests {
     fn failures_and_invalid_answers_are_wrong() {
         let r = Record::score(&item("noul", &["no", "yes"], "yes"), Err("HTTP 500: boom".into()), 0.1);
         assert!(!r.ok && !r.valid && !r.correct && r.error.as_deref() == Some("HTTP 500: boom"));
-        let answer = json!({"answers": {"decision": {"type": "choice", "choice": "a", "probabilities": {"a": 0.9, "b": 0.5}}}});
+        let answer =
+            json!({"answers": {"decision": {"type": "choice", "choice": "a", "probabilities": {"a": 0.9, "b": 0.5}}}});
         let r = Record::score(&item("choice", &["a", "b"], "a"), Ok(answer), 0.1);
         assert!(r.ok && !r.valid && !r.correct, "a sum of 1.4 is outside the 2 % band");
     }

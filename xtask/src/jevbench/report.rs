@@ -21,7 +21,11 @@ fn ms(x: Option<f64>) -> String {
 /// The terminal tables.
 pub fn table(summary: &Summary) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{:<10} {:>9} {:>9} {:>8} {:>7} {:>7} {:>8} {:>9} {:>9}", "tier", "correct", "accuracy", "I(pub)", "Brier", "ECE", "valid", "p50", "p95");
+    let _ = writeln!(
+        out,
+        "{:<10} {:>9} {:>9} {:>8} {:>7} {:>7} {:>8} {:>9} {:>9}",
+        "tier", "correct", "accuracy", "I(pub)", "Brier", "ECE", "valid", "p50", "p95"
+    );
     for t in &summary.tiers {
         let (name, m) = (t.tier, &t.metrics);
         let _ = writeln!(
@@ -53,7 +57,11 @@ pub fn table(summary: &Summary) -> String {
         ms(o.latency_p95_s)
     );
     if let Some(card) = summary.meta["model"].as_str().and_then(card_for) {
-        let published: Vec<String> = summary.tiers.iter().filter_map(|t| card.correct_in(t.tier).map(|(k, of)| format!("{} {k}/{of}", t.tier))).collect();
+        let published: Vec<String> = summary
+            .tiers
+            .iter()
+            .filter_map(|t| card.correct_in(t.tier).map(|(k, of)| format!("{} {k}/{of}", t.tier)))
+            .collect();
         let _ = writeln!(out, "model card ({}): {}", card.model, published.join(", "));
     }
     let _ = writeln!(out, "\n{:<18} {:>9} {:>9}", "family", "correct", "accuracy");
@@ -61,8 +69,17 @@ pub fn table(summary: &Summary) -> String {
         let _ = writeln!(out, "{:<18} {:>9} {:>9.3}", family, format!("{}/{}", m.correct, m.n), m.accuracy);
     }
     let p = &summary.paraphrase;
-    let _ = writeln!(out, "\nparaphrase agreement (standard pairs): {} over {} pairs; macro accuracy over families {:.3}", opt(p.agreement, 3), p.pairs, summary.macro_accuracy);
-    let _ = writeln!(out, "I(pub): chance-corrected accuracy on the public items only (not the board's Intelligence, which adds a judge tier and held-out items).");
+    let _ = writeln!(
+        out,
+        "\nparaphrase agreement (standard pairs): {} over {} pairs; macro accuracy over families {:.3}",
+        opt(p.agreement, 3),
+        p.pairs,
+        summary.macro_accuracy
+    );
+    let _ = writeln!(
+        out,
+        "I(pub): chance-corrected accuracy on the public items only (not the board's Intelligence, which adds a judge tier and held-out items)."
+    );
     if let Some(reason) = &summary.stopped_early {
         let _ = writeln!(out, "STOPPED EARLY: {reason}; {} of {} items attempted", summary.attempted, summary.selected);
     }
@@ -75,8 +92,16 @@ fn escape(s: &str) -> String {
 
 /// An SVG of `w`×`h` with the chart's title on its first line (plots start at `TOP`).
 fn chart(w: f64, h: f64, title: &str) -> String {
-    let mut svg = format!(r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" aria-label="{}">"#, escape(title));
-    let _ = write!(svg, r##"<text x="{}" y="16" font-size="13" font-weight="bold" text-anchor="middle">{}</text>"##, w / 2.0, escape(title));
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" aria-label="{}">"#,
+        escape(title)
+    );
+    let _ = write!(
+        svg,
+        r##"<text x="{}" y="16" font-size="13" font-weight="bold" text-anchor="middle">{}</text>"##,
+        w / 2.0,
+        escape(title)
+    );
     svg
 }
 
@@ -89,21 +114,73 @@ fn reliability_svg(bins: &[EceBin]) -> String {
     let x = |v: f64| pad + v * (w - 2.0 * pad);
     let y = |v: f64| h - pad - v * (h - pad - TOP - 14.0);
     let mut svg = chart(w, h, "Reliability");
-    let _ = write!(svg, r##"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#999" stroke-dasharray="4"/>"##, x(0.0), y(0.0), x(1.0), y(1.0));
+    let _ = write!(
+        svg,
+        r##"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#999" stroke-dasharray="4"/>"##,
+        x(0.0),
+        y(0.0),
+        x(1.0),
+        y(1.0)
+    );
     for b in bins.iter().filter(|b| b.n > 0) {
         let (x0, x1) = (x(b.lower) + 1.0, x(b.upper) - 1.0);
-        let _ = write!(svg, r##"<rect x="{x0:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="#4c78a8"><title>{:.1}-{:.1}: {} items, accuracy {:.3}, confidence {:.3}</title></rect>"##,
-            y(b.accuracy), x1 - x0, y(0.0) - y(b.accuracy), b.lower, b.upper, b.n, b.accuracy, b.confidence);
-        let _ = write!(svg, r##"<text x="{:.1}" y="{:.1}" font-size="9" text-anchor="middle">{}</text>"##, (x0 + x1) / 2.0, y(b.accuracy) - 4.0, b.n);
-        let _ = write!(svg, r##"<circle cx="{:.1}" cy="{:.1}" r="3" fill="#e45756"/>"##, x(b.confidence), y(b.accuracy));
+        let _ = write!(
+            svg,
+            r##"<rect x="{x0:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="#4c78a8"><title>{:.1}-{:.1}: {} items, accuracy {:.3}, confidence {:.3}</title></rect>"##,
+            y(b.accuracy),
+            x1 - x0,
+            y(0.0) - y(b.accuracy),
+            b.lower,
+            b.upper,
+            b.n,
+            b.accuracy,
+            b.confidence
+        );
+        let _ = write!(
+            svg,
+            r##"<text x="{:.1}" y="{:.1}" font-size="9" text-anchor="middle">{}</text>"##,
+            (x0 + x1) / 2.0,
+            y(b.accuracy) - 4.0,
+            b.n
+        );
+        let _ =
+            write!(svg, r##"<circle cx="{:.1}" cy="{:.1}" r="3" fill="#e45756"/>"##, x(b.confidence), y(b.accuracy));
     }
-    let _ = write!(svg, r##"<line x1="{pad}" y1="{}" x2="{}" y2="{}" stroke="#333"/><line x1="{pad}" y1="{}" x2="{pad}" y2="{}" stroke="#333"/>"##, y(0.0), w - pad, y(0.0), y(1.0), y(0.0));
+    let _ = write!(
+        svg,
+        r##"<line x1="{pad}" y1="{}" x2="{}" y2="{}" stroke="#333"/><line x1="{pad}" y1="{}" x2="{pad}" y2="{}" stroke="#333"/>"##,
+        y(0.0),
+        w - pad,
+        y(0.0),
+        y(1.0),
+        y(0.0)
+    );
     for t in [0.0, 0.5, 1.0] {
-        let _ = write!(svg, r##"<text x="{:.1}" y="{}" font-size="10" text-anchor="middle">{t}</text>"##, x(t), h - pad + 14.0);
-        let _ = write!(svg, r##"<text x="{}" y="{:.1}" font-size="10" text-anchor="end">{t}</text>"##, pad - 4.0, y(t) + 3.0);
+        let _ = write!(
+            svg,
+            r##"<text x="{:.1}" y="{}" font-size="10" text-anchor="middle">{t}</text>"##,
+            x(t),
+            h - pad + 14.0
+        );
+        let _ = write!(
+            svg,
+            r##"<text x="{}" y="{:.1}" font-size="10" text-anchor="end">{t}</text>"##,
+            pad - 4.0,
+            y(t) + 3.0
+        );
     }
-    let _ = write!(svg, r##"<text x="{}" y="{}" font-size="11" text-anchor="middle">confidence (top label); item count above each bin</text>"##, w / 2.0, h - 6.0);
-    let _ = write!(svg, r##"<text x="12" y="{}" font-size="11" text-anchor="middle" transform="rotate(-90 12 {})">accuracy</text>"##, h / 2.0, h / 2.0);
+    let _ = write!(
+        svg,
+        r##"<text x="{}" y="{}" font-size="11" text-anchor="middle">confidence (top label); item count above each bin</text>"##,
+        w / 2.0,
+        h - 6.0
+    );
+    let _ = write!(
+        svg,
+        r##"<text x="12" y="{}" font-size="11" text-anchor="middle" transform="rotate(-90 12 {})">accuracy</text>"##,
+        h / 2.0,
+        h / 2.0
+    );
     svg.push_str("</svg>");
     svg
 }
@@ -117,18 +194,49 @@ fn tiers_svg(summary: &Summary, card: Option<&ModelCard>) -> String {
     let mut svg = chart(w, h, "Accuracy per tier");
     for (i, t) in summary.tiers.iter().enumerate() {
         let (x0, x1) = (pad + i as f64 * slot + 10.0, pad + (i + 1) as f64 * slot - 10.0);
-        let _ = write!(svg, r##"<rect x="{x0:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="#72b7b2"/>"##, y(t.accuracy), x1 - x0, y(0.0) - y(t.accuracy));
-        let _ = write!(svg, r##"<text x="{:.1}" y="{:.1}" font-size="10" text-anchor="middle">{}/{}</text>"##, (x0 + x1) / 2.0, y(t.accuracy) - 4.0, t.correct, t.items);
-        let _ = write!(svg, r##"<line x1="{x0:.1}" y1="{:.1}" x2="{x1:.1}" y2="{:.1}" stroke="#333" stroke-dasharray="3"><title>chance {:.3}</title></line>"##, y(t.chance_board), y(t.chance_board), t.chance_board);
+        let _ = write!(
+            svg,
+            r##"<rect x="{x0:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="#72b7b2"/>"##,
+            y(t.accuracy),
+            x1 - x0,
+            y(0.0) - y(t.accuracy)
+        );
+        let _ = write!(
+            svg,
+            r##"<text x="{:.1}" y="{:.1}" font-size="10" text-anchor="middle">{}/{}</text>"##,
+            (x0 + x1) / 2.0,
+            y(t.accuracy) - 4.0,
+            t.correct,
+            t.items
+        );
+        let _ = write!(
+            svg,
+            r##"<line x1="{x0:.1}" y1="{:.1}" x2="{x1:.1}" y2="{:.1}" stroke="#333" stroke-dasharray="3"><title>chance {:.3}</title></line>"##,
+            y(t.chance_board),
+            y(t.chance_board),
+            t.chance_board
+        );
         if let Some((published, of)) = card.and_then(|c| c.correct_in(t.tier)) {
             let accuracy = published as f64 / of as f64;
-            let _ = write!(svg, r##"<line x1="{x0:.1}" y1="{:.1}" x2="{x1:.1}" y2="{:.1}" stroke="#e45756" stroke-width="3"><title>model card {published}/{of}</title></line>"##, y(accuracy), y(accuracy));
+            let _ = write!(
+                svg,
+                r##"<line x1="{x0:.1}" y1="{:.1}" x2="{x1:.1}" y2="{:.1}" stroke="#e45756" stroke-width="3"><title>model card {published}/{of}</title></line>"##,
+                y(accuracy),
+                y(accuracy)
+            );
         }
-        let _ = write!(svg, r##"<text x="{:.1}" y="{}" font-size="11" text-anchor="middle">{}</text>"##, (x0 + x1) / 2.0, h - pad + 14.0, t.tier);
+        let _ = write!(
+            svg,
+            r##"<text x="{:.1}" y="{}" font-size="11" text-anchor="middle">{}</text>"##,
+            (x0 + x1) / 2.0,
+            h - pad + 14.0,
+            t.tier
+        );
     }
     let _ = write!(svg, r##"<line x1="{pad}" y1="{}" x2="{}" y2="{}" stroke="#333"/>"##, y(0.0), w - pad, y(0.0));
     let legend = if card.is_some() { "dashed: chance; red: model card" } else { "dashed: the board's chance level" };
-    let _ = write!(svg, r##"<text x="{}" y="{}" font-size="11" text-anchor="middle">{legend}</text>"##, w / 2.0, h - 6.0);
+    let _ =
+        write!(svg, r##"<text x="{}" y="{}" font-size="11" text-anchor="middle">{legend}</text>"##, w / 2.0, h - 6.0);
     svg.push_str("</svg>");
     svg
 }
@@ -141,9 +249,24 @@ fn families_svg(families: &[(String, &Metrics)]) -> String {
     for (i, (family, m)) in families.iter().enumerate() {
         let y = TOP + i as f64 * row;
         let width = m.accuracy * (w - left - 80.0);
-        let _ = write!(svg, r##"<text x="{}" y="{:.1}" font-size="11" text-anchor="end">{}</text>"##, left - 6.0, y + 13.0, escape(family));
-        let _ = write!(svg, r##"<rect x="{left}" y="{y:.1}" width="{width:.1}" height="{}" fill="#54a24b"/>"##, row - 4.0);
-        let _ = write!(svg, r##"<text x="{:.1}" y="{:.1}" font-size="11">{}/{} ({:.0} %)</text>"##, left + width + 4.0, y + 13.0, m.correct, m.n, m.accuracy * 100.0);
+        let _ = write!(
+            svg,
+            r##"<text x="{}" y="{:.1}" font-size="11" text-anchor="end">{}</text>"##,
+            left - 6.0,
+            y + 13.0,
+            escape(family)
+        );
+        let _ =
+            write!(svg, r##"<rect x="{left}" y="{y:.1}" width="{width:.1}" height="{}" fill="#54a24b"/>"##, row - 4.0);
+        let _ = write!(
+            svg,
+            r##"<text x="{:.1}" y="{:.1}" font-size="11">{}/{} ({:.0} %)</text>"##,
+            left + width + 4.0,
+            y + 13.0,
+            m.correct,
+            m.n,
+            m.accuracy * 100.0
+        );
     }
     svg.push_str("</svg>");
     svg
@@ -177,19 +300,45 @@ fn latency_svg(records: &[Record], p50_s: Option<f64>, p95_s: Option<f64>) -> St
     let bin_ms = |i: usize| 10f64.powf(lowest + (highest - lowest) * i as f64 / BINS as f64);
     for (i, &c) in counts.iter().enumerate().filter(|(_, c)| **c > 0) {
         let height = c as f64 / top * (h - pad - TOP - 20.0);
-        let _ = write!(svg, r##"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{height:.1}" fill="#f58518"><title>{:.0}-{:.0} ms: {c} items</title></rect>"##,
-            pad + i as f64 * bar + 1.0, h - pad - height, bar - 2.0, bin_ms(i), bin_ms(i + 1));
+        let _ = write!(
+            svg,
+            r##"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{height:.1}" fill="#f58518"><title>{:.0}-{:.0} ms: {c} items</title></rect>"##,
+            pad + i as f64 * bar + 1.0,
+            h - pad - height,
+            bar - 2.0,
+            bin_ms(i),
+            bin_ms(i + 1)
+        );
     }
     let _ = write!(svg, r##"<line x1="{pad}" y1="{}" x2="{}" y2="{}" stroke="#333"/>"##, h - pad, w - pad, h - pad);
     for decade in lowest as i32..=highest as i32 {
         let ms = 10f64.powi(decade);
-        let _ = write!(svg, r##"<text x="{:.1}" y="{}" font-size="10" text-anchor="middle">{}</text>"##, x(ms), h - pad + 14.0, duration_label(ms));
+        let _ = write!(
+            svg,
+            r##"<text x="{:.1}" y="{}" font-size="10" text-anchor="middle">{}</text>"##,
+            x(ms),
+            h - pad + 14.0,
+            duration_label(ms)
+        );
     }
     for (name, seconds) in [("p50", p50_s), ("p95", p95_s)] {
         let Some(ms) = seconds.map(|s| s * 1000.0).filter(|&ms| ms > 0.0) else { continue };
-        let _ = write!(svg, r##"<line x1="{0:.1}" y1="{1}" x2="{0:.1}" y2="{2}" stroke="#333" stroke-dasharray="4"/><text x="{0:.1}" y="{3}" font-size="10" text-anchor="middle">{name} {ms:.0} ms</text>"##, x(ms), TOP + 12.0, h - pad, TOP + 8.0);
+        let _ = write!(
+            svg,
+            r##"<line x1="{0:.1}" y1="{1}" x2="{0:.1}" y2="{2}" stroke="#333" stroke-dasharray="4"/><text x="{0:.1}" y="{3}" font-size="10" text-anchor="middle">{name} {ms:.0} ms</text>"##,
+            x(ms),
+            TOP + 12.0,
+            h - pad,
+            TOP + 8.0
+        );
     }
-    let _ = write!(svg, r##"<text x="{}" y="{}" font-size="11" text-anchor="middle">latency (log scale), {} items; tallest bar {top} items</text>"##, w / 2.0, h - 6.0, values.len());
+    let _ = write!(
+        svg,
+        r##"<text x="{}" y="{}" font-size="11" text-anchor="middle">latency (log scale), {} items; tallest bar {top} items</text>"##,
+        w / 2.0,
+        h - 6.0,
+        values.len()
+    );
     svg.push_str("</svg>");
     svg
 }
@@ -204,7 +353,9 @@ fn wrong_items(records: &[Record]) -> String {
     out.push_str("<table><tr><th>item</th><th>tier</th><th>family</th><th>expected</th><th>p(expected)</th><th>answered</th><th>p(answered)</th><th>why</th></tr>\n");
     let p = |r: &Record, label: Option<&str>| opt(label.and_then(|l| r.probs.as_ref()?.get(l)?.as_f64()), 3);
     for r in wrong {
-        let why = r.error.clone().unwrap_or_else(|| if r.valid { "another label was more probable".into() } else { "invalid distribution".into() });
+        let why = r.error.clone().unwrap_or_else(|| {
+            if r.valid { "another label was more probable".into() } else { "invalid distribution".into() }
+        });
         let _ = writeln!(
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td style=\"text-align:left;white-space:normal\">{}</td></tr>",
@@ -228,34 +379,100 @@ pub fn html(summary: &Summary, records: &[Record]) -> String {
     let families: Vec<(String, &Metrics)> = summary.families.iter().map(|(f, m)| (f.clone(), m)).collect();
     let random = meta["random_weights"].as_bool() == Some(true);
     let card = card_for(meta["model"].as_str().unwrap_or(""));
-    let mut out = String::from("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>JevBench public items</title><style>body{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;color:#222}table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right;white-space:nowrap}th:first-child,td:first-child{text-align:left}.warn{background:#fff3cd;border:1px solid #e0c060;padding:8px}.charts{display:flex;flex-wrap:wrap;gap:24px}figure{margin:0}figcaption{font-size:13px;color:#555}pre{font-size:12px}</style></head><body>\n");
+    let mut out = String::from(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>JevBench public items</title><style>body{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;color:#222}table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right;white-space:nowrap}th:first-child,td:first-child{text-align:left}.warn{background:#fff3cd;border:1px solid #e0c060;padding:8px}.charts{display:flex;flex-wrap:wrap;gap:24px}figure{margin:0}figcaption{font-size:13px;color:#555}pre{font-size:12px}</style></head><body>\n",
+    );
     let _ = writeln!(out, "<h1>JevBench public items: {}</h1>", escape(meta["model"].as_str().unwrap_or("?")));
-    let _ = writeln!(out, "<p>backend <b>{}</b>, {} &middot; {} &middot; decider {} &middot; burn {}</p>", escape(meta["backend"].as_str().unwrap_or("?")), escape(meta["source"].as_str().unwrap_or("")), escape(meta["date"].as_str().unwrap_or("")), escape(meta["versions"]["decider"].as_str().unwrap_or("")), escape(meta["versions"]["burn"].as_str().unwrap_or("")));
+    let _ = writeln!(
+        out,
+        "<p>backend <b>{}</b>, {} &middot; {} &middot; decider {} &middot; burn {}</p>",
+        escape(meta["backend"].as_str().unwrap_or("?")),
+        escape(meta["source"].as_str().unwrap_or("")),
+        escape(meta["date"].as_str().unwrap_or("")),
+        escape(meta["versions"]["decider"].as_str().unwrap_or("")),
+        escape(meta["versions"]["burn"].as_str().unwrap_or(""))
+    );
     if random {
         out.push_str("<p class=\"warn\">This run used the <b>demo</b> model: random weights. Accuracy near chance is what is expected; the figures test the pipeline, not a model.</p>\n");
     }
     if let Some(reason) = &summary.stopped_early {
-        let _ = writeln!(out, "<p class=\"warn\">Stopped early: {}; {} of {} items attempted.</p>", escape(reason), summary.attempted, summary.selected);
+        let _ = writeln!(
+            out,
+            "<p class=\"warn\">Stopped early: {}; {} of {} items attempted.</p>",
+            escape(reason),
+            summary.attempted,
+            summary.selected
+        );
     }
     let card_header = card.map_or_else(String::new, |c| format!("<th>model card ({})</th>", escape(c.model)));
-    let _ = writeln!(out, "<table><tr><th>tier</th><th>correct</th><th>accuracy</th>{card_header}<th>I (public only)</th><th>chance (board / public)</th><th>Brier</th><th>ECE</th><th>strict valid</th><th>p50</th><th>p95</th></tr>");
+    let _ = writeln!(
+        out,
+        "<table><tr><th>tier</th><th>correct</th><th>accuracy</th>{card_header}<th>I (public only)</th><th>chance (board / public)</th><th>Brier</th><th>ECE</th><th>strict valid</th><th>p50</th><th>p95</th></tr>"
+    );
     for t in &summary.tiers {
         let (name, m) = (t.tier, &t.metrics);
         let published = card.map_or_else(String::new, |c| match c.correct_in(name) {
             Some((k, of)) => format!("<td>{k}/{of} ({:.3})</td>", k as f64 / of as f64),
             None => "<td>-</td>".into(),
         });
-        let _ = writeln!(out, "<tr><td>{name}</td><td>{}/{}</td><td>{:.3}</td>{published}<td>{:.1}</td><td>{:.3} / {:.3}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{}</td><td>{}</td></tr>", t.correct, t.items, t.accuracy, t.intelligence, t.chance_board, t.chance_public, opt(m.brier, 3), opt(m.ece, 3), m.schema_validity_strict, ms(m.latency_p50_s), ms(m.latency_p95_s));
+        let _ = writeln!(
+            out,
+            "<tr><td>{name}</td><td>{}/{}</td><td>{:.3}</td>{published}<td>{:.1}</td><td>{:.3} / {:.3}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{}</td><td>{}</td></tr>",
+            t.correct,
+            t.items,
+            t.accuracy,
+            t.intelligence,
+            t.chance_board,
+            t.chance_public,
+            opt(m.brier, 3),
+            opt(m.ece, 3),
+            m.schema_validity_strict,
+            ms(m.latency_p50_s),
+            ms(m.latency_p95_s)
+        );
     }
     let o = &summary.overall;
     let card_cell = if card.is_some() { "<th></th>" } else { "" };
-    let _ = writeln!(out, "<tr><th>overall</th><th>{}/{}</th><th>{:.3}</th>{card_cell}<th>{}</th><th></th><th>{}</th><th>{}</th><th>{:.3}</th><th>{}</th><th>{}</th></tr></table>", o.correct, summary.selected, o.correct as f64 / summary.selected.max(1) as f64, opt(summary.intelligence_public_only.weighted, 1), opt(o.brier, 3), opt(o.ece, 3), o.schema_validity_strict, ms(o.latency_p50_s), ms(o.latency_p95_s));
-    let _ = writeln!(out, "<p>Paraphrase agreement over the standard tier's {} pairs: {}. Ordinal MAE (score items): {}. Macro accuracy over families: {:.3}.</p>", summary.paraphrase.pairs, opt(summary.paraphrase.agreement, 3), opt(o.ordinal_mae, 3), summary.macro_accuracy);
+    let _ = writeln!(
+        out,
+        "<tr><th>overall</th><th>{}/{}</th><th>{:.3}</th>{card_cell}<th>{}</th><th></th><th>{}</th><th>{}</th><th>{:.3}</th><th>{}</th><th>{}</th></tr></table>",
+        o.correct,
+        summary.selected,
+        o.correct as f64 / summary.selected.max(1) as f64,
+        opt(summary.intelligence_public_only.weighted, 1),
+        opt(o.brier, 3),
+        opt(o.ece, 3),
+        o.schema_validity_strict,
+        ms(o.latency_p50_s),
+        ms(o.latency_p95_s)
+    );
+    let _ = writeln!(
+        out,
+        "<p>Paraphrase agreement over the standard tier's {} pairs: {}. Ordinal MAE (score items): {}. Macro accuracy over families: {:.3}.</p>",
+        summary.paraphrase.pairs,
+        opt(summary.paraphrase.agreement, 3),
+        opt(o.ordinal_mae, 3),
+        summary.macro_accuracy
+    );
     out.push_str("<div class=\"charts\">\n");
-    let _ = writeln!(out, "<figure>{}<figcaption>Correct items per tier (bars) against the board's chance level{}.</figcaption></figure>", tiers_svg(summary, card), if card.is_some() { " and the model card's figure" } else { "" });
-    let _ = writeln!(out, "<figure>{}<figcaption>Accuracy per confidence bin (bars, item count above), mean confidence (dots); ECE {}.</figcaption></figure>", reliability_svg(&o.ece_bins), opt(o.ece, 3));
+    let _ = writeln!(
+        out,
+        "<figure>{}<figcaption>Correct items per tier (bars) against the board's chance level{}.</figcaption></figure>",
+        tiers_svg(summary, card),
+        if card.is_some() { " and the model card's figure" } else { "" }
+    );
+    let _ = writeln!(
+        out,
+        "<figure>{}<figcaption>Accuracy per confidence bin (bars, item count above), mean confidence (dots); ECE {}.</figcaption></figure>",
+        reliability_svg(&o.ece_bins),
+        opt(o.ece, 3)
+    );
     let _ = writeln!(out, "<figure>{}<figcaption>Accuracy per family.</figcaption></figure>", families_svg(&families));
-    let _ = writeln!(out, "<figure>{}<figcaption>Latency per item, serial, caller's wall time.</figcaption></figure>", latency_svg(records, o.latency_p50_s, o.latency_p95_s));
+    let _ = writeln!(
+        out,
+        "<figure>{}<figcaption>Latency per item, serial, caller's wall time.</figcaption></figure>",
+        latency_svg(records, o.latency_p50_s, o.latency_p95_s)
+    );
     out.push_str("</div>\n");
     out.push_str(&wrong_items(records));
     out.push_str("<h2>What these numbers are</h2><ul>\n");

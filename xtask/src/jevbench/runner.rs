@@ -18,10 +18,17 @@ pub struct RunOutcome {
 }
 
 /// Runs `items` in order, writing each record to `sink` as a JSON line when it is scored.
-pub fn run(endpoint: &mut dyn Endpoint, items: &[Item], model: &str, progress: bool, sink: &mut dyn Write) -> std::io::Result<RunOutcome> {
+pub fn run(
+    endpoint: &mut dyn Endpoint,
+    items: &[Item],
+    model: &str,
+    progress: bool,
+    sink: &mut dyn Write,
+) -> std::io::Result<RunOutcome> {
     let bar = if progress { ProgressBar::new(items.len() as u64) } else { ProgressBar::hidden() };
     bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed} elapsed, ETA {eta}]").expect("valid template"),
+        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed} elapsed, ETA {eta}]")
+            .expect("valid template"),
     );
     let mut records = Vec::with_capacity(items.len());
     let mut failures_in_a_row = 0;
@@ -50,7 +57,12 @@ pub fn run(endpoint: &mut dyn Endpoint, items: &[Item], model: &str, progress: b
         sink.flush()?;
         records.push(record);
         let correct = records.iter().filter(|r| r.correct).count();
-        bar.set_message(format!("{correct}/{} correct ({:.1} %) {}", records.len(), 100.0 * correct as f64 / records.len() as f64, item.tier));
+        bar.set_message(format!(
+            "{correct}/{} correct ({:.1} %) {}",
+            records.len(),
+            100.0 * correct as f64 / records.len() as f64,
+            item.tier
+        ));
         bar.inc(1);
         if stop.is_some() {
             stopped = stop;
@@ -106,7 +118,8 @@ mod tests {
         let mut lines = Vec::new();
         let outcome = run(&mut Replay(outcomes), &items(7), "m", false, &mut lines).unwrap();
         assert_eq!(outcome.records.len(), 5, "stopped after the third failure");
-        let written: Vec<Value> = String::from_utf8(lines).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let written: Vec<Value> =
+            String::from_utf8(lines).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         assert_eq!(written.len(), 5, "one line per record");
         assert_eq!(written[4]["task_id"], "item-4");
         assert!(outcome.stopped.unwrap().contains("item-4"));
@@ -116,10 +129,22 @@ mod tests {
     #[test]
     fn rate_limits_and_auth_errors_stop_at_once() {
         for code in [401, 403, 429] {
-            let outcome = run(&mut Replay(vec![ok(), Err(Failure::Status(code, String::new())), ok()]), &items(3), "m", false, &mut Vec::new()).unwrap();
+            let outcome = run(
+                &mut Replay(vec![ok(), Err(Failure::Status(code, String::new())), ok()]),
+                &items(3),
+                "m",
+                false,
+                &mut Vec::new(),
+            )
+            .unwrap();
             assert_eq!(outcome.records.len(), 2, "HTTP {code}");
         }
-        let outcome = run(&mut Replay(vec![ok(), down(), ok(), down(), ok()]), &items(5), "m", false, &mut Vec::new()).unwrap();
-        assert_eq!((outcome.records.len(), outcome.stopped), (5, None), "failures that are not in a row do not stop it");
+        let outcome =
+            run(&mut Replay(vec![ok(), down(), ok(), down(), ok()]), &items(5), "m", false, &mut Vec::new()).unwrap();
+        assert_eq!(
+            (outcome.records.len(), outcome.stopped),
+            (5, None),
+            "failures that are not in a row do not stop it"
+        );
     }
 }

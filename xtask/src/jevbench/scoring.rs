@@ -131,7 +131,13 @@ mod tests {
         assert_eq!(d["yes"], 0.8);
         assert!((d["no"].as_f64().unwrap() - 0.2).abs() < 1e-15);
         let l = labels(&["x", "y"]);
-        assert_eq!(returned_distribution("choice", &json!({"choice": "z", "probabilities": {"x": 0.5, "y": 0.5}}), &l), None);
-        assert!(returned_distribution("choice", &json!({"choice": "x", "probabilities": {"x": 0.5, "y": 0.5}}), &l).is_some());
+        assert_eq!(
+            returned_distribution("choice", &json!({"choice": "z", "probabilities": {"x": 0.5, "y": 0.5}}), &l),
+            None
+        );
+        assert!(
+            returned_distribution("choice", &json!({"choice": "x", "probabilities": {"x": 0.5, "y": 0.5}}), &l)
+                .is_some()
+        );
     }
 }

@@ -81,24 +81,23 @@ impl Summary {
             weights.insert(tier.name.to_string(), board_weight);
             weighted += board_weight * i;
             weight_sum += board_weight;
-            tiers.push(
-                TierSummary {
-                    tier: tier.name,
-                    correct: metrics.correct,
-                    items: tier_items.len(),
-                    accuracy,
-                    metrics,
-                    intelligence: i,
-                    chance_board: tier.board_chance,
-                    chance_public: chance(&tier_items),
-                },
-            );
+            tiers.push(TierSummary {
+                tier: tier.name,
+                correct: metrics.correct,
+                items: tier_items.len(),
+                accuracy,
+                metrics,
+                intelligence: i,
+                chance_board: tier.board_chance,
+                chance_public: chance(&tier_items),
+            });
         }
         let mut family_records: BTreeMap<String, Vec<&Record>> = BTreeMap::new();
         for r in records {
             family_records.entry(r.family.clone()).or_default().push(r);
         }
-        let families: BTreeMap<String, Metrics> = family_records.into_iter().map(|(f, rs)| (f, Metrics::of(&rs, &labels))).collect();
+        let families: BTreeMap<String, Metrics> =
+            family_records.into_iter().map(|(f, rs)| (f, Metrics::of(&rs, &labels))).collect();
         let macro_accuracy = families.values().map(|m| m.accuracy).sum::<f64>() / families.len().max(1) as f64;
         let standard: Vec<&Record> = records.iter().filter(|r| r.tier == "standard").collect();
         Summary {

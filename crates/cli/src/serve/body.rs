@@ -22,10 +22,10 @@ use std::borrow::Cow;
 use decider::python_json::{Json, LoadError, decode, loads_text};
 use serde_json::json;
 
-use super::memory::{Reservation, parse_bytes};
-use super::request::{invalid_fields, not_an_object};
 use super::AppState;
 use super::error::ApiError;
+use super::memory::{Reservation, parse_bytes};
+use super::request::{invalid_fields, not_an_object};
 
 /// Bytes of an oversized body read and dropped at most, after the limit.
 const DRAIN_BYTES: usize = 64 << 20;
@@ -54,11 +54,15 @@ impl FromRequest<Arc<AppState>> for JsonBody {
         // Scanning and parsing a large body takes long: not on the async workers.
         let (state, json) = (state.clone(), is_json(&parts.headers));
         tokio::task::spawn_blocking(move || {
-            reservation.grow(parse_bytes(&bytes), "its body and parsed JSON").map_err(|e| state.refused_by_status(e))?;
+            reservation
+                .grow(parse_bytes(&bytes), "its body and parsed JSON")
+                .map_err(|e| state.refused_by_status(e))?;
             // As FastAPI reads a pydantic-model body: an empty one is missing; one of another
             // content type than JSON is validated as raw text, which is never an object.
             if bytes.is_empty() {
-                return Err(invalid_fields(vec![json!({"type": "missing", "loc": ["body"], "msg": "Field required", "input": null})]));
+                return Err(invalid_fields(vec![
+                    json!({"type": "missing", "loc": ["body"], "msg": "Field required", "input": null}),
+                ]));
             }
             if !json {
                 return Err(not_an_object(&Json::Str(String::from_utf8_lossy(&bytes).into_owned())));
@@ -67,7 +71,9 @@ impl FromRequest<Arc<AppState>> for JsonBody {
             // as that text (its bytes are not UTF-8).
             let text = decode(&bytes).map_err(refusal)?;
             if let Cow::Owned(decoded) = &text {
-                reservation.grow(decoded.len() + parse_bytes(decoded.as_bytes()), "its body and parsed JSON").map_err(|e| state.refused_by_status(e))?;
+                reservation
+                    .grow(decoded.len() + parse_bytes(decoded.as_bytes()), "its body and parsed JSON")
+                    .map_err(|e| state.refused_by_status(e))?;
             }
             Ok(JsonBody(loads_text(&text).map_err(refusal)?, reservation))
         })
@@ -78,12 +84,21 @@ impl FromRequest<Arc<AppState>> for JsonBody {
 
 /// The whole body, or a 413 once it is known to be longer than `limit` or than the memory
 /// budget allows; its bytes are reserved in `reservation` as they arrive.
-async fn read_limited(headers: &HeaderMap, mut body: Body, limit: usize, reservation: &mut Reservation) -> Result<Bytes, ApiError> {
+async fn read_limited(
+    headers: &HeaderMap,
+    mut body: Body,
+    limit: usize,
+    reservation: &mut Reservation,
+) -> Result<Bytes, ApiError> {
     let too_large = || {
-        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("request body too large: the limit is {limit} bytes (--max-body-bytes, DECIDER_MAX_BODY_BYTES)"))
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body too large: the limit is {limit} bytes (--max-body-bytes, DECIDER_MAX_BODY_BYTES)"),
+        )
     };
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    let waits_for_continue = headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let waits_for_continue =
+        headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     let refuse = |body: Body, error: ApiError| async move {
         if !waits_for_continue {
             drain(body).await;
@@ -98,7 +113,8 @@ async fn read_limited(headers: &HeaderMap, mut body: Body, limit: usize, reserva
     // grows, so twice each frame is reserved.
     let mut bytes = Vec::with_capacity(declared.unwrap_or(0) as usize);
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("reading the request body: {e}")))?;
+        let frame =
+            frame.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("reading the request body: {e}")))?;
         if let Ok(data) = frame.into_data() {
             if bytes.len() + data.len() > limit {
                 return refuse(body, too_large()).await;

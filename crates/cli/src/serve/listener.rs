@@ -34,7 +34,13 @@ pub(super) type Malformed = std::sync::Arc<dyn Fn(StatusCode, &hyper::Error) + S
 /// Serves `app` on `listener` until `shutdown` completes, then lets requests in flight finish
 /// for at most `timeouts.shutdown`. Requests too malformed to reach `app` are answered by hyper
 /// and told to `malformed`.
-pub(super) async fn serve(listener: TcpListener, app: Router, timeouts: Timeouts, shutdown: impl Future<Output = ()>, malformed: Malformed) {
+pub(super) async fn serve(
+    listener: TcpListener,
+    app: Router,
+    timeouts: Timeouts,
+    shutdown: impl Future<Output = ()>,
+    malformed: Malformed,
+) {
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new()).header_read_timeout(timeouts.header);
     let graceful = GracefulShutdown::new();
@@ -55,7 +61,8 @@ pub(super) async fn serve(listener: TcpListener, app: Router, timeouts: Timeouts
         let _ = stream.set_nodelay(true);
         let mut stream = TimeoutStream::new(stream);
         stream.set_write_timeout(Some(timeouts.write));
-        let connection = graceful.watch(http.serve_connection(TokioIo::new(Box::pin(stream)), TowerToHyperService::new(app.clone())));
+        let connection = graceful
+            .watch(http.serve_connection(TokioIo::new(Box::pin(stream)), TowerToHyperService::new(app.clone())));
         let malformed = malformed.clone();
         tokio::spawn(async move {
             if let Err(e) = connection.await
@@ -68,7 +75,10 @@ pub(super) async fn serve(listener: TcpListener, app: Router, timeouts: Timeouts
     drop(listener);
     let open = graceful.count();
     if tokio::time::timeout(timeouts.shutdown, graceful.shutdown()).await.is_err() {
-        eprintln!("decider: closing the connections still open {} s after shutdown began ({open} were open then)", timeouts.shutdown.as_secs());
+        eprintln!(
+            "decider: closing the connections still open {} s after shutdown began ({open} were open then)",
+            timeouts.shutdown.as_secs()
+        );
     }
 }
 

@@ -80,7 +80,11 @@ impl Reservation {
         if needed > *limit {
             return Err(ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                format!("request too large for memory: {what} needs {} MiB, the limit is {} MiB (--max-memory, DECIDER_MAX_MEMORY)", mib(needed), mib(*limit)),
+                format!(
+                    "request too large for memory: {what} needs {} MiB, the limit is {} MiB (--max-memory, DECIDER_MAX_MEMORY)",
+                    mib(needed),
+                    mib(*limit)
+                ),
             ));
         }
         used.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |now| now.checked_add(more).filter(|total| total <= limit)).map_err(|now| {

@@ -32,7 +32,9 @@ impl Backlog {
 
     /// Admits `rows` more if the backlog stays within `limit`; otherwise the rows queued now.
     pub fn admit(&self, rows: usize, limit: usize) -> Result<Admission, usize> {
-        self.0.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |queued| queued.checked_add(rows).filter(|&total| total <= limit))?;
+        self.0.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |queued| {
+            queued.checked_add(rows).filter(|&total| total <= limit)
+        })?;
         Ok(Admission { backlog: self.clone(), rows })
     }
 }
@@ -118,7 +120,12 @@ const COLLECT_TOKENS: usize = 2 * MAX_BATCH_TOKENS;
 /// requests padded into one batch can need more working memory than the requests reserved
 /// each alone: a request joins the others only if `budget` has room for the difference now,
 /// held until they are answered.
-pub(super) fn answer_jobs<B: Qwen35Ops>(decider: &Decider<B>, inbox: mpsc::Receiver<Job>, budget: &MemoryBudget, stats: &Stats) {
+pub(super) fn answer_jobs<B: Qwen35Ops>(
+    decider: &Decider<B>,
+    inbox: mpsc::Receiver<Job>,
+    budget: &MemoryBudget,
+    stats: &Stats,
+) {
     let sizes = decider.working_memory();
     let mut waiting = VecDeque::new();
     loop {
@@ -159,7 +166,9 @@ pub(super) fn answer_jobs<B: Qwen35Ops>(decider: &Decider<B>, inbox: mpsc::Recei
 /// device memory, say) on jobs run together has each rerun alone, so that only the request that
 /// caused it fails, with a 500 (its reply dropped); the model thread goes on with the next.
 fn answer<B: Qwen35Ops>(decider: &Decider<B>, jobs: Vec<Job>) {
-    let run = |rows: &[&[Row]]| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decider.slot_probabilities_of(rows)));
+    let run = |rows: &[&[Row]]| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decider.slot_probabilities_of(rows)))
+    };
     match run(&jobs.iter().map(Job::rows).collect::<Vec<_>>()) {
         Ok(results) => jobs.into_iter().zip(results).for_each(|(job, result)| job.reply(decider, result)),
         Err(_) if jobs.len() > 1 => {

@@ -84,7 +84,14 @@ pub(super) fn systemone_request(body: Json, max_state_tokens: usize) -> Result<(
         Some(q) if !q.is_dict() => errors.push(("questions", "dict_type", "Input should be a valid dictionary", false)),
         Some(_) => {}
     }
-    let string_field = |name| fields.get(name).is_some_and(|v: &Json| !v.is_null() && !v.is_str()).then_some((name, "string_type", "Input should be a valid string", false));
+    let string_field = |name| {
+        fields.get(name).is_some_and(|v: &Json| !v.is_null() && !v.is_str()).then_some((
+            name,
+            "string_type",
+            "Input should be a valid string",
+            false,
+        ))
+    };
     errors.extend(string_field("model"));
     let independent = match fields.get("independent").map(lax_bool) {
         None => true,
@@ -107,11 +114,19 @@ pub(super) fn systemone_request(body: Json, max_state_tokens: usize) -> Result<(
         let body = Json::Dict(fields);
         let entries = errors
             .into_iter()
-            .map(|(field, kind, msg, whole)| field_error(kind, &[json!(field)], msg, if whole { &body } else { body.get(field).unwrap_or(&Json::Null) }))
+            .map(|(field, kind, msg, whole)| {
+                field_error(
+                    kind,
+                    &[json!(field)],
+                    msg,
+                    if whole { &body } else { body.get(field).unwrap_or(&Json::Null) },
+                )
+            })
             .collect();
         return Err(invalid_fields(entries));
     }
-    let (Some(state), Some(Json::Dict(questions))) = (fields.shift_remove("state"), fields.shift_remove("questions")) else {
+    let (Some(state), Some(Json::Dict(questions))) = (fields.shift_remove("state"), fields.shift_remove("questions"))
+    else {
         unreachable!("both fields were checked above")
     };
     let mut request = SystemOneRequest::new(state, questions);

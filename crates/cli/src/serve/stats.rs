@@ -62,8 +62,13 @@ impl Stats {
     /// `memory_held` (bytes of the memory budget requests hold now) is not a reference field.
     pub fn report(&self, outstanding_rows: usize, memory_held: usize, limits: &Limits) -> Value {
         let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-        let batch_hist: Map<String, Value> =
-            self.batch_hist.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(rows, n)| (rows.to_string(), json!(n))).collect();
+        let batch_hist: Map<String, Value> = self
+            .batch_hist
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(rows, n)| (rows.to_string(), json!(n)))
+            .collect();
         json!({
             "requests": get(&self.requests),
             "batches": get(&self.batches),

@@ -232,7 +232,14 @@ fn python_printable(c: char) -> bool {
     c == ' '
         || !matches!(
             get_general_category(c),
-            Control | Format | Surrogate | PrivateUse | Unassigned | LineSeparator | ParagraphSeparator | SpaceSeparator
+            Control
+                | Format
+                | Surrogate
+                | PrivateUse
+                | Unassigned
+                | LineSeparator
+                | ParagraphSeparator
+                | SpaceSeparator
         )
 }
 

@@ -90,7 +90,9 @@ pub fn decode(b: &[u8]) -> Result<Cow<'_, str>, LoadError> {
 }
 
 fn utf8(bytes: &[u8]) -> Result<Cow<'_, str>, LoadError> {
-    std::str::from_utf8(bytes).map(Cow::Borrowed).map_err(|e| LoadError::Other(format!("the body is not valid UTF-8: {e}")))
+    std::str::from_utf8(bytes)
+        .map(Cow::Borrowed)
+        .map_err(|e| LoadError::Other(format!("the body is not valid UTF-8: {e}")))
 }
 
 /// UTF-16 (`N` = 2) or UTF-32 (`N` = 4) text.
@@ -102,7 +104,13 @@ fn units<const N: usize>(bytes: &[u8], big_endian: bool) -> Result<String, LoadE
     }
     let unit = |chunk: &[u8]| {
         let value = chunk.iter().fold(0u32, |acc, &byte| acc << 8 | byte as u32);
-        if big_endian { value } else if N == 2 { (value as u16).swap_bytes() as u32 } else { value.swap_bytes() }
+        if big_endian {
+            value
+        } else if N == 2 {
+            (value as u16).swap_bytes() as u32
+        } else {
+            value.swap_bytes()
+        }
     };
     let units = bytes.chunks_exact(N).map(unit);
     if N == 2 {
@@ -153,7 +161,9 @@ impl<'a> Scanner<'a> {
             return Err(Fail::Decode("Extra data", end));
         }
         match self.unpaired {
-            Some(at) => Err(Fail::Decode("Unpaired surrogate escape (Python reads it, but no Unicode text holds it)", at)),
+            Some(at) => {
+                Err(Fail::Decode("Unpaired surrogate escape (Python reads it, but no Unicode text holds it)", at))
+            }
             None => Ok(value),
         }
     }
@@ -263,7 +273,9 @@ impl<'a> Scanner<'a> {
                 return Ok((out, next + 1));
             }
             next += 1; // past the backslash
-            let Some(escape) = self.at(next) else { return Err(Fail::Decode("Unterminated string starting at", begin)) };
+            let Some(escape) = self.at(next) else {
+                return Err(Fail::Decode("Unterminated string starting at", begin));
+            };
             if escape != b'u' {
                 end = next + 1;
                 out.push(match escape {

@@ -27,7 +27,8 @@ impl<F: FloatCandleElement, I: IntCandleElement> ExpertCount for Candle<F, I> {
             DType::I64 => cpu::expert_count(data.as_slice::<i64>().expect("i64 ids").iter().copied(), num_experts),
             _ => cpu::expert_count(data.iter::<i64>(), num_experts),
         };
-        Tensor::<Self, 1, Int>::from_data(TensorData::new(counts, [num_experts]).convert::<I>(), &device).into_primitive()
+        Tensor::<Self, 1, Int>::from_data(TensorData::new(counts, [num_experts]).convert::<I>(), &device)
+            .into_primitive()
     }
 }
 
@@ -43,7 +44,11 @@ impl<F: FloatCandleElement, I: IntCandleElement> UnitLowerInverse for Candle<F, 
         let inverse = match data.dtype {
             DType::F32 => TensorData::new(cpu::unit_lower_inverse(data.as_slice::<f32>().expect("f32 data"), n), shape),
             DType::F64 => TensorData::new(cpu::unit_lower_inverse(data.as_slice::<f64>().expect("f64 data"), n), shape),
-            _ => return generic::unit_lower_inverse(Tensor::<Self, 3>::from_data(data, &device)).into_primitive().tensor(),
+            _ => {
+                return generic::unit_lower_inverse(Tensor::<Self, 3>::from_data(data, &device))
+                    .into_primitive()
+                    .tensor();
+            }
         };
         Tensor::<Self, 3>::from_data(inverse, &device).into_primitive().tensor()
     }
@@ -58,17 +63,34 @@ impl<F: FloatCandleElement, I: IntCandleElement> crate::Q8Matmul for Candle<F, I
         BlockStorage::Bytes
     }
 
-    fn q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>, bits: crate::ActivationBits) -> FloatTensor<Self> {
+    fn q8_matmul(
+        x: FloatTensor<Self>,
+        values: IntTensor<Self>,
+        scales: IntTensor<Self>,
+        bits: crate::ActivationBits,
+    ) -> FloatTensor<Self> {
         let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
-        let (values, scales) = (Tensor::<Self, 2, Int>::from_primitive(values), Tensor::<Self, 2, Int>::from_primitive(scales));
-        let (CandleDevice::Cpu, DType::F32, DType::U8, DType::U8) = (x.device(), x.dtype(), values.dtype(), scales.dtype()) else {
+        let (values, scales) =
+            (Tensor::<Self, 2, Int>::from_primitive(values), Tensor::<Self, 2, Int>::from_primitive(scales));
+        let (CandleDevice::Cpu, DType::F32, DType::U8, DType::U8) =
+            (x.device(), x.dtype(), values.dtype(), scales.dtype())
+        else {
             return generic::q8_matmul(x, values, scales, bits).into_primitive().tensor();
         };
         let ([n, d_in], [d_out, _]) = (x.dims(), values.dims());
         let x = x.into_data().into_vec::<f32>().expect("f32 activations");
         // Held plus 128: flipping the top bit gives the value's two's complement byte.
-        let values = values.into_data().into_vec::<u8>().expect("u8 values").into_iter().map(|v| (v ^ 0x80) as i8).collect();
-        let out = cpu::q8_matmul(&x, n, &cpu::q8_layout(values, d_out, d_in), &host_scales(scales.into_data()), d_out, d_in, bits);
+        let values =
+            values.into_data().into_vec::<u8>().expect("u8 values").into_iter().map(|v| (v ^ 0x80) as i8).collect();
+        let out = cpu::q8_matmul(
+            &x,
+            n,
+            &cpu::q8_layout(values, d_out, d_in),
+            &host_scales(scales.into_data()),
+            d_out,
+            d_in,
+            bits,
+        );
         Tensor::<Self, 2>::from_data(TensorData::new(out, [n, d_out]), &CandleDevice::Cpu).into_primitive().tensor()
     }
 }
@@ -77,21 +99,29 @@ impl<F: FloatCandleElement, I: IntCandleElement> crate::Q8Matmul for Candle<F, I
 impl<F: FloatCandleElement, I: IntCandleElement> crate::Q4Matmul for Candle<F, I> {
     fn q4_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>) -> FloatTensor<Self> {
         let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
-        let (values, scales) = (Tensor::<Self, 2, Int>::from_primitive(values), Tensor::<Self, 2, Int>::from_primitive(scales));
-        let (CandleDevice::Cpu, DType::F32, DType::U8, DType::U8) = (x.device(), x.dtype(), values.dtype(), scales.dtype()) else {
+        let (values, scales) =
+            (Tensor::<Self, 2, Int>::from_primitive(values), Tensor::<Self, 2, Int>::from_primitive(scales));
+        let (CandleDevice::Cpu, DType::F32, DType::U8, DType::U8) =
+            (x.device(), x.dtype(), values.dtype(), scales.dtype())
+        else {
             return generic::q4_matmul(x, values, scales).into_primitive().tensor();
         };
         let ([n, d_in], [d_out, _]) = (x.dims(), values.dims());
         let x = x.into_data().into_vec::<f32>().expect("f32 activations");
         let packed = values.into_data().into_vec::<u8>().expect("u8 bytes");
-        let out = cpu::q4_matmul(&x, n, &cpu::q4_layout(packed, d_out, d_in), &host_scales(scales.into_data()), d_out, d_in);
+        let out =
+            cpu::q4_matmul(&x, n, &cpu::q4_layout(packed, d_out, d_in), &host_scales(scales.into_data()), d_out, d_in);
         Tensor::<Self, 2>::from_data(TensorData::new(out, [n, d_out]), &CandleDevice::Cpu).into_primitive().tensor()
     }
 }
 
 /// Block scales held as the bytes of their f16 bits, low first.
 fn host_scales(data: TensorData) -> Vec<f16> {
-    data.into_vec::<u8>().expect("u8 scales").chunks_exact(2).map(|bytes| f16::from_le_bytes([bytes[0], bytes[1]])).collect()
+    data.into_vec::<u8>()
+        .expect("u8 scales")
+        .chunks_exact(2)
+        .map(|bytes| f16::from_le_bytes([bytes[0], bytes[1]]))
+        .collect()
 }
 
 /// On the CPU device, weights held as 16-bit float tensors go through [`cpu::half_matmul`] on
@@ -106,7 +136,8 @@ impl<F: FloatCandleElement, I: IntCandleElement> crate::HalfMatmul for Candle<F,
     fn half_float_matmul(x: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {
         let float = |t| Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(t));
         let (x, weight) = (float(x), float(weight));
-        let (Some(half), CandleDevice::Cpu, DType::F32) = (Half::of_dtype(weight.dtype()), x.device(), x.dtype()) else {
+        let (Some(half), CandleDevice::Cpu, DType::F32) = (Half::of_dtype(weight.dtype()), x.device(), x.dtype())
+        else {
             return generic::half_float_matmul(x, weight).into_primitive().tensor();
         };
         let ([n, d_in], [d_out, _]) = (x.dims(), weight.dims());
@@ -150,7 +181,9 @@ impl<F: FloatCandleElement, I: IntCandleElement> GatedDeltaRule for Candle<F, I>
         let (g, beta, state) = (host(g.into_data()), host(beta.into_data()), host(state.into_data()));
         let dims = cpu::delta_rule::Dims { batch, len, heads, dk, dv };
         let (out, state) = cpu::delta_rule::gated_delta_rule([&q, &k, &v, &g, &beta, &state], dims, cpu::Isa::best());
-        let tensor = |values: Vec<f32>, shape: [usize; 4]| Tensor::<Self, 4>::from_data(TensorData::new(values, shape), &device).into_primitive().tensor();
+        let tensor = |values: Vec<f32>, shape: [usize; 4]| {
+            Tensor::<Self, 4>::from_data(TensorData::new(values, shape), &device).into_primitive().tensor()
+        };
         (tensor(out, [batch, len, heads, dv]), tensor(state, [batch, heads, dk, dv]))
     }
 }

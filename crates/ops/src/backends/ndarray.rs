@@ -6,7 +6,10 @@ use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, Int, Shape, Tensor, TensorData, TensorMetadata, TensorPrimitive};
 use half::slice::HalfBitsSliceExt;
 
-use crate::{ActivationBits, CausalConv1d, DenseMatmul, ExpertCount, GatedDeltaRule, Gating, Half, Reshape, UnitLowerInverse, cpu, generic};
+use crate::{
+    ActivationBits, CausalConv1d, DenseMatmul, ExpertCount, GatedDeltaRule, Gating, Half, Reshape, UnitLowerInverse,
+    cpu, generic,
+};
 
 /// Calls `f` on the contiguous values of an ndarray storage (copied only if not in standard
 /// layout). Going through `TensorData` instead copies element by element whenever the array is
@@ -27,11 +30,17 @@ where
     fn expert_count(ids: IntTensor<Self>, num_experts: usize) -> IntTensor<Self> {
         let counts = match &ids {
             NdArrayTensor::I64(s) => with_slice!(s, |ids| cpu::expert_count(ids.iter().copied(), num_experts)),
-            NdArrayTensor::I32(s) => with_slice!(s, |ids| cpu::expert_count(ids.iter().map(|&id| id as i64), num_experts)),
-            _ => return generic::expert_count(Tensor::<Self, 1, Int>::from_primitive(ids), num_experts).into_primitive(),
+            NdArrayTensor::I32(s) => {
+                with_slice!(s, |ids| cpu::expert_count(ids.iter().map(|&id| id as i64), num_experts))
+            }
+            _ => {
+                return generic::expert_count(Tensor::<Self, 1, Int>::from_primitive(ids), num_experts)
+                    .into_primitive();
+            }
         };
         let device = Default::default();
-        Tensor::<Self, 1, Int>::from_data(TensorData::new(counts, [num_experts]).convert::<I>(), &device).into_primitive()
+        Tensor::<Self, 1, Int>::from_data(TensorData::new(counts, [num_experts]).convert::<I>(), &device)
+            .into_primitive()
     }
 }
 
@@ -73,7 +82,12 @@ where
         }
     }
 
-    fn q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>, bits: ActivationBits) -> FloatTensor<Self> {
+    fn q8_matmul(
+        x: FloatTensor<Self>,
+        values: IntTensor<Self>,
+        scales: IntTensor<Self>,
+        bits: ActivationBits,
+    ) -> FloatTensor<Self> {
         let ([n, d_in], [d_out, _]) = (x.shape().dims::<2>(), values.shape().dims::<2>());
         let out = match (&x, &values, &scales) {
             (NdArrayTensor::F32(x), NdArrayTensor::I8(values), NdArrayTensor::U16(scales)) => {
@@ -91,7 +105,13 @@ where
         float_tensor::<Self, 2>(out, [n, d_out])
     }
 
-    fn grouped_q8_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>, counts: IntTensor<Self>, bits: ActivationBits) -> FloatTensor<Self> {
+    fn grouped_q8_matmul(
+        x: FloatTensor<Self>,
+        values: IntTensor<Self>,
+        scales: IntTensor<Self>,
+        counts: IntTensor<Self>,
+        bits: ActivationBits,
+    ) -> FloatTensor<Self> {
         let ([rows, _], [_, d_out, d_in]) = (x.shape().dims::<2>(), values.shape().dims::<3>());
         let out = match (&x, &values, &scales, host_counts(&counts)) {
             (NdArrayTensor::F32(x), NdArrayTensor::I8(values), NdArrayTensor::U16(scales), Some(counts)) => {
@@ -136,7 +156,12 @@ where
         float_tensor::<Self, 2>(out, [n, d_out])
     }
 
-    fn grouped_q4_matmul(x: FloatTensor<Self>, values: IntTensor<Self>, scales: IntTensor<Self>, counts: IntTensor<Self>) -> FloatTensor<Self> {
+    fn grouped_q4_matmul(
+        x: FloatTensor<Self>,
+        values: IntTensor<Self>,
+        scales: IntTensor<Self>,
+        counts: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
         let [rows, d_in] = x.shape().dims::<2>();
         let [_, d_out, _] = values.shape().dims::<3>();
         let out = match (&x, &values, &scales, host_counts(&counts)) {
@@ -174,11 +199,18 @@ where
         float_tensor::<Self, 2>(out, [n, d_out])
     }
 
-    fn grouped_half_matmul(x: FloatTensor<Self>, bits: IntTensor<Self>, counts: IntTensor<Self>, half: Half) -> FloatTensor<Self> {
+    fn grouped_half_matmul(
+        x: FloatTensor<Self>,
+        bits: IntTensor<Self>,
+        counts: IntTensor<Self>,
+        half: Half,
+    ) -> FloatTensor<Self> {
         let ([rows, _], [_, d_out, d_in]) = (x.shape().dims::<2>(), bits.shape().dims::<3>());
         let out = match (&x, &bits, host_counts(&counts)) {
             (NdArrayTensor::F32(x), NdArrayTensor::U16(bits), Some(counts)) => {
-                with_slice!(x, |x| with_slice!(bits, |bits| cpu::grouped_half_matmul(x, &counts, bits, half, d_out, d_in)))
+                with_slice!(x, |x| with_slice!(bits, |bits| cpu::grouped_half_matmul(
+                    x, &counts, bits, half, d_out, d_in
+                )))
             }
             _ => return generic::grouped_half_matmul::<Self>(x, bits, counts, half),
         };
@@ -207,7 +239,9 @@ where
         let ([rows, _], [_, d_in, d_out]) = (x.shape().dims::<2>(), weights.shape().dims::<3>());
         let out = match (&x, &weights, host_counts(&counts)) {
             (NdArrayTensor::F32(x), NdArrayTensor::F32(weights), Some(counts)) => {
-                with_slice!(x, |x| with_slice!(weights, |weights| cpu::grouped_matmul(x, &counts, weights, d_in, d_out)))
+                with_slice!(x, |x| with_slice!(weights, |weights| cpu::grouped_matmul(
+                    x, &counts, weights, d_in, d_out
+                )))
             }
             _ => return generic::grouped_matmul::<Self>(x, weights, counts),
         };
@@ -226,7 +260,10 @@ fn host_counts(counts: &NdArrayTensor) -> Option<Vec<usize>> {
 }
 
 /// A float tensor of a backend from row-major f32 values.
-fn float_tensor<B: burn::tensor::backend::Backend, const D: usize>(values: Vec<f32>, shape: [usize; D]) -> FloatTensor<B> {
+fn float_tensor<B: burn::tensor::backend::Backend, const D: usize>(
+    values: Vec<f32>,
+    shape: [usize; D],
+) -> FloatTensor<B> {
     Tensor::<B, D>::from_data(TensorData::new(values, shape), &Default::default()).into_primitive().tensor()
 }
 
@@ -263,17 +300,26 @@ impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> CausalConv1d
 where
     NdArrayTensor: From<SharedArray<E>> + From<SharedArray<I>>,
 {
-    fn causal_conv1d(x: FloatTensor<Self>, history: FloatTensor<Self>, weight: FloatTensor<Self>) -> (FloatTensor<Self>, FloatTensor<Self>) {
+    fn causal_conv1d(
+        x: FloatTensor<Self>,
+        history: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         let ([batch, len, channels], [channels_w, kernel]) = (x.shape().dims::<3>(), weight.shape().dims::<2>());
         let (out, state) = match (&x, &history, &weight) {
-            (NdArrayTensor::F32(x), NdArrayTensor::F32(history), NdArrayTensor::F32(weight)) if channels_w == channels => {
+            (NdArrayTensor::F32(x), NdArrayTensor::F32(history), NdArrayTensor::F32(weight))
+                if channels_w == channels =>
+            {
                 with_slice!(x, |x| with_slice!(history, |history| with_slice!(weight, |weight| {
                     cpu::causal_conv1d::causal_conv1d(x, history, weight, batch, channels, kernel)
                 })))
             }
             _ => return crate::causal_conv1d::by_tensor_ops::<Self>(x, history, weight),
         };
-        (shaped::<Self>(out, Shape::from([batch, len, channels])), shaped::<Self>(state, Shape::from([batch, kernel - 1, channels])))
+        (
+            shaped::<Self>(out, Shape::from([batch, len, channels])),
+            shaped::<Self>(state, Shape::from([batch, kernel - 1, channels])),
+        )
     }
 
     fn causal_conv1d_workspace() -> usize {
@@ -290,7 +336,10 @@ where
     fn reshape(x: FloatTensor<Self>, shape: Shape) -> FloatTensor<Self> {
         match x {
             NdArrayTensor::F32(storage) if !storage.is_borrowed() && storage.view().is_standard_layout() => {
-                let array = storage.into_shared().into_shape_with_order(shape.to_vec()).expect("a row-major array takes any shape with as many elements");
+                let array = storage
+                    .into_shared()
+                    .into_shape_with_order(shape.to_vec())
+                    .expect("a row-major array takes any shape with as many elements");
                 NdArrayTensor::from(array)
             }
             x => generic::reshape::<Self>(x, shape),
@@ -320,15 +369,27 @@ where
         let ([batch, len, heads, dk], [.., dv]) = (q.shape().dims::<4>(), v.shape().dims::<4>());
         let dims = cpu::delta_rule::Dims { batch, len, heads, dk, dv };
         let (out, state) = match (&q, &k, &v, &g, &beta, &state) {
-            (NdArrayTensor::F32(q), NdArrayTensor::F32(k), NdArrayTensor::F32(v), NdArrayTensor::F32(g), NdArrayTensor::F32(beta), NdArrayTensor::F32(state)) => {
-                with_slice!(q, |q| with_slice!(k, |k| with_slice!(v, |v| with_slice!(g, |g| with_slice!(beta, |beta| with_slice!(state, |state| {
-                    cpu::delta_rule::gated_delta_rule([q, k, v, g, beta, state], dims, cpu::Isa::best())
-                }))))))
+            (
+                NdArrayTensor::F32(q),
+                NdArrayTensor::F32(k),
+                NdArrayTensor::F32(v),
+                NdArrayTensor::F32(g),
+                NdArrayTensor::F32(beta),
+                NdArrayTensor::F32(state),
+            ) => {
+                with_slice!(q, |q| with_slice!(k, |k| with_slice!(v, |v| with_slice!(g, |g| with_slice!(
+                    beta,
+                    |beta| with_slice!(state, |state| {
+                        cpu::delta_rule::gated_delta_rule([q, k, v, g, beta, state], dims, cpu::Isa::best())
+                    })
+                )))))
             }
             _ => return crate::gated_delta_rule::chunked::<Self>(q, k, v, g, beta, state),
         };
         let device = Default::default();
-        let tensor = |values: Vec<f32>, shape: [usize; 4]| Tensor::<Self, 4>::from_data(TensorData::new(values, shape), &device).into_primitive().tensor();
+        let tensor = |values: Vec<f32>, shape: [usize; 4]| {
+            Tensor::<Self, 4>::from_data(TensorData::new(values, shape), &device).into_primitive().tensor()
+        };
         (tensor(out, [batch, len, heads, dv]), tensor(state, [batch, heads, dk, dv]))
     }
 

@@ -12,10 +12,21 @@ const TOKENS: usize = 8;
 ///
 /// # Panics
 /// If the slices do not match the shapes.
-pub fn causal_conv1d(x: &[f32], history: &[f32], weight: &[f32], batch: usize, channels: usize, kernel: usize) -> (Vec<f32>, Vec<f32>) {
+pub fn causal_conv1d(
+    x: &[f32],
+    history: &[f32],
+    weight: &[f32],
+    batch: usize,
+    channels: usize,
+    kernel: usize,
+) -> (Vec<f32>, Vec<f32>) {
     let past = kernel - 1;
     assert!(
-        kernel >= 1 && channels > 0 && x.len() % (batch * channels).max(1) == 0 && history.len() == batch * past * channels && weight.len() == channels * kernel,
+        kernel >= 1
+            && channels > 0
+            && x.len() % (batch * channels).max(1) == 0
+            && history.len() == batch * past * channels
+            && weight.len() == channels * kernel,
         "causal_conv1d: {} inputs, {} history values and {} weights do not match batch {batch}, {channels} channels, K = {kernel}",
         x.len(),
         history.len(),

@@ -49,7 +49,8 @@ pub fn gated_delta_rule(inputs: [&[f32]; 6], dims: Dims, isa: Isa) -> (Vec<f32>,
             // The block padded with zero columns to the full width: a zero column with a zero
             // `v` stays zero, and its outputs are dropped.
             let mut block = vec![0f32; dk * COLUMNS];
-            for (padded, row) in block.chunks_exact_mut(COLUMNS).zip(state[bh * dk * dv..][..dk * dv].chunks_exact(dv)) {
+            for (padded, row) in block.chunks_exact_mut(COLUMNS).zip(state[bh * dk * dv..][..dk * dv].chunks_exact(dv))
+            {
                 padded[..width].copy_from_slice(&row[first..first + width]);
             }
             let mut outputs = vec![0f32; len * width];
@@ -128,7 +129,10 @@ impl Inputs<'_> {
                 // SAFETY: row `i < dk` of the `[dk, 32]` block.
                 unsafe {
                     let row = rows.add(i * COLUMNS);
-                    let (s0, s1) = (_mm512_mul_ps(_mm512_loadu_ps(row), decay), _mm512_mul_ps(_mm512_loadu_ps(row.add(16)), decay));
+                    let (s0, s1) = (
+                        _mm512_mul_ps(_mm512_loadu_ps(row), decay),
+                        _mm512_mul_ps(_mm512_loadu_ps(row.add(16)), decay),
+                    );
                     _mm512_storeu_ps(row, s0);
                     _mm512_storeu_ps(row.add(16), s1);
                     let k_i = _mm512_set1_ps(k_i);
@@ -146,7 +150,10 @@ impl Inputs<'_> {
                 unsafe {
                     let row = rows.add(i * COLUMNS);
                     let k_i = _mm512_set1_ps(k_i);
-                    let (s0, s1) = (_mm512_fmadd_ps(k_i, d0, _mm512_loadu_ps(row)), _mm512_fmadd_ps(k_i, d1, _mm512_loadu_ps(row.add(16))));
+                    let (s0, s1) = (
+                        _mm512_fmadd_ps(k_i, d0, _mm512_loadu_ps(row)),
+                        _mm512_fmadd_ps(k_i, d1, _mm512_loadu_ps(row.add(16))),
+                    );
                     _mm512_storeu_ps(row, s0);
                     _mm512_storeu_ps(row.add(16), s1);
                     let q_i = _mm512_set1_ps(q_i);

@@ -83,7 +83,17 @@ fn panels<const P: usize>(x: &[f32], m: usize, w: &[f32], k: usize, n: usize, co
 /// `out_column` of rows `width` wide.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn tile<const P: usize>(x: &[f32], rows: usize, w: &[f32], k: usize, n: usize, column: usize, out: &mut [f32], out_column: usize, width: usize) {
+fn tile<const P: usize>(
+    x: &[f32],
+    rows: usize,
+    w: &[f32],
+    k: usize,
+    n: usize,
+    column: usize,
+    out: &mut [f32],
+    out_column: usize,
+    width: usize,
+) {
     let mut sums = [[0f32; P]; TILE_ROWS];
     // Missing rows of a last, partial tile read zeros (and are not written).
     let mut activations = [0f32; TILE_ROWS];
@@ -105,7 +115,17 @@ fn tile<const P: usize>(x: &[f32], rows: usize, w: &[f32], k: usize, n: usize, c
 
 /// [`tile`] for the last columns of a panel narrower than a tile.
 #[allow(clippy::too_many_arguments)]
-fn narrow_tile(x: &[f32], rows: usize, w: &[f32], k: usize, n: usize, columns: Range<usize>, out: &mut [f32], out_column: usize, width: usize) {
+fn narrow_tile(
+    x: &[f32],
+    rows: usize,
+    w: &[f32],
+    k: usize,
+    n: usize,
+    columns: Range<usize>,
+    out: &mut [f32],
+    out_column: usize,
+    width: usize,
+) {
     for r in 0..rows {
         let sums = &mut out[r * width + out_column..][..columns.len()];
         sums.fill(0.0);

@@ -4,8 +4,8 @@
 //! dot where the CPU has one, 16-bit weights read as f32 a panel at a time, the delta rule
 //! token by token, the causal conv and the sigmoid and SiLU gates in one parallel pass each.
 
-use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 use half::f16;
+use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 use num_traits::Float;
 use rayon::prelude::*;
 
@@ -16,9 +16,9 @@ pub use isa::Isa;
 pub mod causal_conv1d;
 pub mod delta_rule;
 pub mod few_rows;
-mod isa;
 #[cfg(target_arch = "x86_64")]
 pub mod integer_dot;
+mod isa;
 
 /// The integer-dot kernel [`q8_matmul`] and [`q4_matmul`] run on this CPU, if any (and so the
 /// order [`q8_layout`] and [`q4_layout`] give the weights).
@@ -125,7 +125,15 @@ pub fn unit_lower_inverse<T: Float + Send + Sync>(a: &[T], n: usize) -> Vec<T> {
 /// [`q8_layout`], `scales [d_out, d_in / 32]`), the activations rounded to blocks of `bits`
 /// integers ([`round_activations`]): the [`integer_dot`] where the CPU has one (x86-64 with AVX2),
 /// else [`dequantized_q8_matmul`] on the rounded activations.
-pub fn q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usize, d_in: usize, bits: ActivationBits) -> Vec<f32> {
+pub fn q8_matmul(
+    x: &[f32],
+    n: usize,
+    values: &[i8],
+    scales: &[f16],
+    d_out: usize,
+    d_in: usize,
+    bits: ActivationBits,
+) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
     if let Some(isa) = dot_isa() {
         return integer_dot::q8_matmul(isa, x, n, values, scales, d_out, d_in, bits);
@@ -147,7 +155,14 @@ pub fn q4_matmul(x: &[f32], n: usize, packed: &[u8], scales: &[f16], d_out: usiz
 
 /// `x [n, d_in] · Wᵀ -> [n, d_out]` for `W [d_out, d_in]` in Q8_0 blocks (`values` in row order,
 /// `scales [d_out, d_in / 32]`), through [`dequantized_matmul`].
-pub fn dequantized_q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
+pub fn dequantized_q8_matmul(
+    x: &[f32],
+    n: usize,
+    values: &[i8],
+    scales: &[f16],
+    d_out: usize,
+    d_in: usize,
+) -> Vec<f32> {
     const BLOCK: usize = crate::Q8_BLOCK;
     dequantized_matmul(x, n, d_out, d_in, |first, weights| {
         let blocks = values[first * d_in..][..weights.len()].chunks_exact(BLOCK);
@@ -161,7 +176,14 @@ pub fn dequantized_q8_matmul(x: &[f32], n: usize, values: &[i8], scales: &[f16],
 }
 
 /// [`dequantized_q8_matmul`] for `W` in Q4_0 blocks (`packed [d_out, d_in / 2]` in Q4_0's order).
-pub fn dequantized_q4_matmul(x: &[f32], n: usize, packed: &[u8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
+pub fn dequantized_q4_matmul(
+    x: &[f32],
+    n: usize,
+    packed: &[u8],
+    scales: &[f16],
+    d_out: usize,
+    d_in: usize,
+) -> Vec<f32> {
     const BLOCK: usize = crate::Q4_BLOCK;
     dequantized_matmul(x, n, d_out, d_in, |first, weights| {
         let blocks = packed[first * d_in / 2..][..weights.len() / 2].chunks_exact(BLOCK / 2);
@@ -202,7 +224,13 @@ pub fn half_matmul(x: &[f32], n: usize, bits: &[u16], half: Half, d_out: usize, 
 /// transposed at the end. The weight is read once, in its own bytes. Panels are as large as
 /// four tasks per thread allow, up to 256 rows: each sgemm packs `x` again, so fewer, larger
 /// panels cost less (64-row panels were 20 % slower at 2B widths).
-fn dequantized_matmul(x: &[f32], n: usize, d_out: usize, d_in: usize, dequantize: impl Fn(usize, &mut [f32]) + Sync) -> Vec<f32> {
+fn dequantized_matmul(
+    x: &[f32],
+    n: usize,
+    d_out: usize,
+    d_in: usize,
+    dequantize: impl Fn(usize, &mut [f32]) + Sync,
+) -> Vec<f32> {
     let panel_rows = d_out.div_ceil(4 * rayon::current_num_threads()).next_multiple_of(16).clamp(16, 256);
     let mut transposed = vec![0f32; d_out * n];
     if n == 0 || d_out == 0 || d_in == 0 {
@@ -323,7 +351,8 @@ pub fn grouped_matmul(x: &[f32], counts: &[usize], weights: &[f32], d_in: usize,
     let weight = |e: usize| &weights[e * size..(e + 1) * size];
 
     let few = (0..counts.len()).filter(|&e| (1..=SGEMM_ROWS).contains(&counts[e]));
-    let tasks: Vec<(usize, usize)> = few.flat_map(|e| (0..d_out).step_by(TASK_COLUMNS).map(move |column| (e, column))).collect();
+    let tasks: Vec<(usize, usize)> =
+        few.flat_map(|e| (0..d_out).step_by(TASK_COLUMNS).map(move |column| (e, column))).collect();
     let panels: Vec<Vec<f32>> = tasks
         .par_iter()
         .map(|&(e, column)| {
@@ -341,7 +370,14 @@ pub fn grouped_matmul(x: &[f32], counts: &[usize], weights: &[f32], d_in: usize,
     }
 
     for e in (0..counts.len()).filter(|&e| counts[e] > SGEMM_ROWS) {
-        sgemm(rows_of(e), counts[e], weight(e), d_in, d_out, &mut out[starts[e] * d_out..(starts[e] + counts[e]) * d_out]);
+        sgemm(
+            rows_of(e),
+            counts[e],
+            weight(e),
+            d_in,
+            d_out,
+            &mut out[starts[e] * d_out..(starts[e] + counts[e]) * d_out],
+        );
     }
     out
 }
@@ -352,10 +388,20 @@ pub fn grouped_matmul(x: &[f32], counts: &[usize], weights: &[f32], d_in: usize,
 ///
 /// # Panics
 /// If the slices do not match the shapes (`counts` summing to `rows`).
-pub fn grouped_q8_matmul(x: &[f32], counts: &[usize], values: &[i8], scales: &[f16], d_out: usize, d_in: usize, bits: ActivationBits) -> Vec<f32> {
+pub fn grouped_q8_matmul(
+    x: &[f32],
+    counts: &[usize],
+    values: &[i8],
+    scales: &[f16],
+    d_out: usize,
+    d_in: usize,
+    bits: ActivationBits,
+) -> Vec<f32> {
     let (size, blocks) = (d_out * d_in, d_out * d_in / crate::Q8_BLOCK);
     check_grouped(x, counts, d_in, (values.len(), scales.len()), (size, blocks));
-    per_expert(x, counts, d_in, |e, x, rows| q8_matmul(x, rows, &values[e * size..][..size], &scales[e * blocks..][..blocks], d_out, d_in, bits))
+    per_expert(x, counts, d_in, |e, x, rows| {
+        q8_matmul(x, rows, &values[e * size..][..size], &scales[e * blocks..][..blocks], d_out, d_in, bits)
+    })
 }
 
 /// [`grouped_q8_matmul`] with the experts' weights in Q4_0 blocks (`packed [E, d_out, d_in / 2]`
@@ -363,10 +409,19 @@ pub fn grouped_q8_matmul(x: &[f32], counts: &[usize], values: &[i8], scales: &[f
 ///
 /// # Panics
 /// If the slices do not match the shapes (`counts` summing to `rows`).
-pub fn grouped_q4_matmul(x: &[f32], counts: &[usize], packed: &[u8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
+pub fn grouped_q4_matmul(
+    x: &[f32],
+    counts: &[usize],
+    packed: &[u8],
+    scales: &[f16],
+    d_out: usize,
+    d_in: usize,
+) -> Vec<f32> {
     let (size, blocks) = (d_out * d_in / 2, d_out * d_in / crate::Q4_BLOCK);
     check_grouped(x, counts, d_in, (packed.len(), scales.len()), (size, blocks));
-    per_expert(x, counts, d_in, |e, x, rows| q4_matmul(x, rows, &packed[e * size..][..size], &scales[e * blocks..][..blocks], d_out, d_in))
+    per_expert(x, counts, d_in, |e, x, rows| {
+        q4_matmul(x, rows, &packed[e * size..][..size], &scales[e * blocks..][..blocks], d_out, d_in)
+    })
 }
 
 /// [`grouped_q8_matmul`] with the experts' weights in 16-bit floats, `bits [E, d_out, d_in]`:
@@ -374,7 +429,14 @@ pub fn grouped_q4_matmul(x: &[f32], counts: &[usize], packed: &[u8], scales: &[f
 ///
 /// # Panics
 /// If the slices do not match the shapes (`counts` summing to `rows`).
-pub fn grouped_half_matmul(x: &[f32], counts: &[usize], bits: &[u16], half: Half, d_out: usize, d_in: usize) -> Vec<f32> {
+pub fn grouped_half_matmul(
+    x: &[f32],
+    counts: &[usize],
+    bits: &[u16],
+    half: Half,
+    d_out: usize,
+    d_in: usize,
+) -> Vec<f32> {
     let size = d_out * d_in;
     check_grouped(x, counts, d_in, (bits.len(), 0), (size, 0));
     per_expert(x, counts, d_in, |e, x, rows| half_matmul(x, rows, &bits[e * size..][..size], half, d_out, d_in))
@@ -394,8 +456,16 @@ fn check_grouped(x: &[f32], counts: &[usize], d_in: usize, (values, scales): (us
 }
 
 /// `product(e, rows of expert e, their count)` for each expert in parallel, concatenated.
-fn per_expert(x: &[f32], counts: &[usize], d_in: usize, product: impl Fn(usize, &[f32], usize) -> Vec<f32> + Sync) -> Vec<f32> {
+fn per_expert(
+    x: &[f32],
+    counts: &[usize],
+    d_in: usize,
+    product: impl Fn(usize, &[f32], usize) -> Vec<f32> + Sync,
+) -> Vec<f32> {
     let starts = group_starts(counts);
-    let products: Vec<Vec<f32>> = (0..counts.len()).into_par_iter().map(|e| product(e, &x[starts[e] * d_in..(starts[e] + counts[e]) * d_in], counts[e])).collect();
+    let products: Vec<Vec<f32>> = (0..counts.len())
+        .into_par_iter()
+        .map(|e| product(e, &x[starts[e] * d_in..(starts[e] + counts[e]) * d_in], counts[e]))
+        .collect();
     products.concat()
 }

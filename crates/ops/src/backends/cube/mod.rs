@@ -13,9 +13,7 @@ use cubecl::{CubeDim, calculate_cube_count_elemwise};
 
 use crate::{ExpertCount, UnitLowerInverse, generic};
 
-impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> ExpertCount
-    for CubeBackend<R, F, I, BT>
-{
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> ExpertCount for CubeBackend<R, F, I, BT> {
     fn expert_count(ids: IntTensor<Self>, num_experts: usize) -> IntTensor<Self> {
         let client = ids.client.clone();
         // Counts in the backend's int dtype, like the generic default (`Tensor::zeros`).
@@ -30,12 +28,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> ExpertCoun
             return generic::expert_count(ids, num_experts).into_primitive();
         }
 
-        let counts = zeros_client::<R>(
-            client.clone(),
-            ids.device.clone(),
-            Shape::new([num_experts]),
-            count_dtype,
-        );
+        let counts = zeros_client::<R>(client.clone(), ids.device.clone(), Shape::new([num_experts]), count_dtype);
         let cube_dim = CubeDim::new(&client, len);
         let cube_count = calculate_cube_count_elemwise(&client, len, cube_dim);
         let dtypes: [StorageType; 2] = [ids.dtype.into(), count_dtype.into()];
@@ -51,9 +44,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> ExpertCoun
     }
 }
 
-impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> UnitLowerInverse
-    for CubeBackend<R, F, I, BT>
-{
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> UnitLowerInverse for CubeBackend<R, F, I, BT> {
     fn unit_lower_inverse(a: FloatTensor<Self>) -> FloatTensor<Self> {
         let [batch, n, _] = a.meta.shape().dims::<3>();
         let client = a.client.clone();
@@ -71,12 +62,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> UnitLowerI
             return generic::unit_lower_inverse(a).into_primitive().tensor();
         }
 
-        let out = empty_device_dtype::<R>(
-            client.clone(),
-            a.device.clone(),
-            a.meta.shape().clone(),
-            dtype,
-        );
+        let out = empty_device_dtype::<R>(client.clone(), a.device.clone(), a.meta.shape().clone(), dtype);
         let cube_count = CubeCountSelection::new(&client, batch as u32).cube_count();
         let cube_dim = CubeDim::new_1d(n as u32);
         let dtypes: [StorageType; 2] = [dtype.into(), acc_dtype.into()];
@@ -103,7 +89,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::Hal
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::DenseMatmul for CubeBackend<R, F, I, BT> {}
 
 /// The generic chunked form (its matmuls and the inverse kernel above).
-impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::GatedDeltaRule for CubeBackend<R, F, I, BT> {}
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::GatedDeltaRule
+    for CubeBackend<R, F, I, BT>
+{
+}
 
 /// burn's forms.
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::Gating for CubeBackend<R, F, I, BT> {}

@@ -39,7 +39,13 @@ impl super::Kernel for Kernel {
     }
 
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn tile<F: Format, const C: usize>(group: &Group, x: &Activations<i8>, token: usize, out: *mut f32, d_out: usize) {
+    unsafe fn tile<F: Format, const C: usize>(
+        group: &Group,
+        x: &Activations<i8>,
+        token: usize,
+        out: *mut f32,
+        d_out: usize,
+    ) {
         // Lanes `0..rows` (all lanes but in a weight's last group).
         let lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(group.rows as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         let ones = _mm256_set1_epi16(1);
@@ -51,7 +57,9 @@ impl super::Kernel for Kernel {
         };
         let mut sums = [_mm256_setzero_ps(); C];
         for b in 0..x.blocks {
-            let mut dots: [__m256i; C] = std::array::from_fn(|j| if F::NIBBLES { _mm256_set1_epi32(-8 * x.sums[x.at(token + j, b)]) } else { _mm256_setzero_si256() });
+            let mut dots: [__m256i; C] = std::array::from_fn(|j| {
+                if F::NIBBLES { _mm256_set1_epi32(-8 * x.sums[x.at(token + j, b)]) } else { _mm256_setzero_si256() }
+            });
             // A loop, not 4 copies: unrolled, the compiler loaded all 8 steps' weights ahead and
             // spilled them to the stack (16 registers only).
             for pair in 0..std::hint::black_box(Q8_BLOCK / 8) {
@@ -69,7 +77,9 @@ impl super::Kernel for Kernel {
                     for (j, dot) in dots.iter_mut().enumerate() {
                         // SAFETY: token `token + j < n`, block `b` and step `2 pair + s < 8` are
                         // within the activations.
-                        let four = _mm256_set1_epi32(unsafe { x.four(token + j, b, 2 * pair + s).cast::<i32>().read_unaligned() });
+                        let four = _mm256_set1_epi32(unsafe {
+                            x.four(token + j, b, 2 * pair + s).cast::<i32>().read_unaligned()
+                        });
                         let signed = if F::NIBBLES { four } else { _mm256_sign_epi8(four, w) };
                         *dot = _mm256_add_epi32(*dot, _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, signed), ones));
                     }
@@ -92,7 +102,13 @@ impl super::Kernel for Kernel {
     }
 
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn wide_tile<const C: usize>(group: &Group, x: &Activations<i16>, token: usize, out: *mut f32, d_out: usize) {
+    unsafe fn wide_tile<const C: usize>(
+        group: &Group,
+        x: &Activations<i16>,
+        token: usize,
+        out: *mut f32,
+        d_out: usize,
+    ) {
         let lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(group.rows as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         let load = |at: *const u8| {
             // SAFETY: as in `tile`.
@@ -107,7 +123,10 @@ impl super::Kernel for Kernel {
             for step in 0..std::hint::black_box(Q8_BLOCK / 4) {
                 // SAFETY: the group holds `rows × 4` bytes for each step.
                 let w = load(unsafe { group.weights.as_ptr().add((b * Q8_BLOCK / 4 + step) * group.rows * 4) });
-                let halves = [_mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)), _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w, 1))];
+                let halves = [
+                    _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)),
+                    _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w, 1)),
+                ];
                 for (j, dots) in dots.iter_mut().enumerate() {
                     // SAFETY: token `token + j < n`, block `b` and step `< 8` are within the
                     // activations.

@@ -24,7 +24,9 @@ impl super::Kernel for Kernel {
     const TILE: usize = 8;
 
     fn available() -> bool {
-        is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vnni")
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vnni")
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
@@ -33,7 +35,13 @@ impl super::Kernel for Kernel {
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn tile<F: Format, const C: usize>(group: &Group, x: &Activations<i8>, token: usize, out: *mut f32, d_out: usize) {
+    unsafe fn tile<F: Format, const C: usize>(
+        group: &Group,
+        x: &Activations<i8>,
+        token: usize,
+        out: *mut f32,
+        d_out: usize,
+    ) {
         let bias: i32 = if F::NIBBLES { 8 } else { 128 };
         let byte_mask: u64 = if group.full { !0 } else { (1u64 << (group.rows * 4)) - 1 };
         let lane_mask: u16 = if group.full { !0 } else { (1u16 << group.rows) - 1 };
@@ -43,11 +51,20 @@ impl super::Kernel for Kernel {
             let mut dots: [__m512i; C] = std::array::from_fn(|j| _mm512_set1_epi32(-bias * x.sums[x.at(token + j, b)]));
             for pair in 0..Q8_BLOCK / 8 {
                 // SAFETY: the group holds `rows × PAIR_BYTES` bytes for each pair of steps.
-                let w = unsafe { pair_of::<F>(group.weights.as_ptr().add((b * Q8_BLOCK / 8 + pair) * pair_bytes), group.rows, byte_mask) };
+                let w = unsafe {
+                    pair_of::<F>(
+                        group.weights.as_ptr().add((b * Q8_BLOCK / 8 + pair) * pair_bytes),
+                        group.rows,
+                        byte_mask,
+                    )
+                };
                 for (j, dot) in dots.iter_mut().enumerate() {
                     // SAFETY: token `token + j < n`, block `b`, steps `2 pair` and `2 pair + 1`
                     // are within the activations.
-                    let [first, second] = unsafe { [x.four(token + j, b, 2 * pair), x.four(token + j, b, 2 * pair + 1)].map(|at| at.cast::<i32>().read_unaligned()) };
+                    let [first, second] = unsafe {
+                        [x.four(token + j, b, 2 * pair), x.four(token + j, b, 2 * pair + 1)]
+                            .map(|at| at.cast::<i32>().read_unaligned())
+                    };
                     *dot = _mm512_dpbusd_epi32(*dot, w[0], _mm512_set1_epi32(first));
                     *dot = _mm512_dpbusd_epi32(*dot, w[1], _mm512_set1_epi32(second));
                 }
@@ -66,7 +83,13 @@ impl super::Kernel for Kernel {
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn wide_tile<const C: usize>(group: &Group, x: &Activations<i16>, token: usize, out: *mut f32, d_out: usize) {
+    unsafe fn wide_tile<const C: usize>(
+        group: &Group,
+        x: &Activations<i16>,
+        token: usize,
+        out: *mut f32,
+        d_out: usize,
+    ) {
         let byte_mask: u64 = if group.full { !0 } else { (1u64 << (group.rows * 4)) - 1 };
         let lane_mask: u16 = if group.full { !0 } else { (1u16 << group.rows) - 1 };
         // Lane `r` of a block's dot: lane `2 r` (`2 r + 1`) of rows 0–7 for `r < 8`, of rows
@@ -81,8 +104,16 @@ impl super::Kernel for Kernel {
             for step in 0..Q8_BLOCK / 4 {
                 // SAFETY: the group holds `rows × 4` bytes for each step; masked-off bytes are
                 // not read (no fault) and are zero.
-                let w = unsafe { _mm512_maskz_loadu_epi8(byte_mask, group.weights.as_ptr().add((b * Q8_BLOCK / 4 + step) * group.rows * 4).cast()) };
-                let halves = [_mm512_cvtepi8_epi16(_mm512_castsi512_si256(w)), _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64::<1>(w))];
+                let w = unsafe {
+                    _mm512_maskz_loadu_epi8(
+                        byte_mask,
+                        group.weights.as_ptr().add((b * Q8_BLOCK / 4 + step) * group.rows * 4).cast(),
+                    )
+                };
+                let halves = [
+                    _mm512_cvtepi8_epi16(_mm512_castsi512_si256(w)),
+                    _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64::<1>(w)),
+                ];
                 for (j, dots) in dots.iter_mut().enumerate() {
                     // SAFETY: token `token + j < n`, block `b` and step `< 8` are within the
                     // activations.
@@ -95,7 +126,10 @@ impl super::Kernel for Kernel {
             // SAFETY: `scales` holds 16 lanes for each block.
             let weight_scales = unsafe { _mm512_loadu_ps(group.scales.as_ptr().add(b * Self::GROUP)) };
             for (j, (sum, [low, high])) in sums.iter_mut().zip(dots).enumerate() {
-                let dot = _mm512_add_epi32(_mm512_permutex2var_epi32(low, even, high), _mm512_permutex2var_epi32(low, odd, high));
+                let dot = _mm512_add_epi32(
+                    _mm512_permutex2var_epi32(low, even, high),
+                    _mm512_permutex2var_epi32(low, odd, high),
+                );
                 let scale = _mm512_mul_ps(weight_scales, _mm512_set1_ps(x.scales[x.at(token + j, b)]));
                 *sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, *sum);
             }
@@ -122,7 +156,9 @@ unsafe fn pair_of<F: Format>(at: *const u8, rows: usize, mask: u64) -> [__m512i;
         [_mm512_and_si512(bytes, nibble), _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibble)]
     } else {
         let flip = _mm512_set1_epi8(i8::MIN);
-        let (first, second) = unsafe { (_mm512_maskz_loadu_epi8(mask, at.cast()), _mm512_maskz_loadu_epi8(mask, at.add(rows * 4).cast())) };
+        let (first, second) = unsafe {
+            (_mm512_maskz_loadu_epi8(mask, at.cast()), _mm512_maskz_loadu_epi8(mask, at.add(rows * 4).cast()))
+        };
         [_mm512_xor_si512(first, flip), _mm512_xor_si512(second, flip)]
     }
 }

@@ -105,7 +105,13 @@ pub fn q4_layout(isa: DotIsa, packed: &[u8], d_out: usize, d_in: usize) -> Vec<u
 /// Applies `fill(grouped, rows, width)` to each group of up to `group` rows (`width` of them) of
 /// each weight `[d_out, _]` of a stack held as `row_bytes` elements a row; in parallel over
 /// groups, which never cross a weight.
-fn regroup<T: Copy + Default + Send + Sync>(group: usize, values: &[T], d_out: usize, row_bytes: usize, fill: impl Fn(&mut [T], &[T], usize) + Sync) -> Vec<T> {
+fn regroup<T: Copy + Default + Send + Sync>(
+    group: usize,
+    values: &[T],
+    d_out: usize,
+    row_bytes: usize,
+    fill: impl Fn(&mut [T], &[T], usize) + Sync,
+) -> Vec<T> {
     let mut grouped = vec![T::default(); values.len()];
     if values.is_empty() || row_bytes == 0 {
         return grouped;
@@ -114,7 +120,9 @@ fn regroup<T: Copy + Default + Send + Sync>(group: usize, values: &[T], d_out: u
     debug_assert_eq!(values.len() % weight, 0);
     let weights = grouped.par_chunks_mut(weight).zip(values.par_chunks(weight));
     weights
-        .flat_map(|(grouped, weight)| grouped.par_chunks_mut(group * row_bytes).zip(weight.par_chunks(group * row_bytes)))
+        .flat_map(|(grouped, weight)| {
+            grouped.par_chunks_mut(group * row_bytes).zip(weight.par_chunks(group * row_bytes))
+        })
         .for_each(|(grouped, rows)| fill(grouped, rows, rows.len() / row_bytes));
     grouped
 }
@@ -128,12 +136,25 @@ fn regroup<T: Copy + Default + Send + Sync>(group: usize, values: &[T], d_out: u
 /// If the CPU lacks the instructions ([`DotIsa::available`]) or the lengths do not match the
 /// shape.
 #[allow(clippy::too_many_arguments)]
-pub fn q8_matmul(isa: DotIsa, x: &[f32], n: usize, values: &[i8], scales: &[f16], d_out: usize, d_in: usize, bits: ActivationBits) -> Vec<f32> {
+pub fn q8_matmul(
+    isa: DotIsa,
+    x: &[f32],
+    n: usize,
+    values: &[i8],
+    scales: &[f16],
+    d_out: usize,
+    d_in: usize,
+    bits: ActivationBits,
+) -> Vec<f32> {
     // SAFETY: i8 and u8 have the same size and alignment.
     let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), values.len()) };
     match (isa, bits) {
-        (DotIsa::Avx512Vnni, ActivationBits::Eight) => matmul::<avx512::Kernel, Q8, i8>(x, n, bytes, scales, d_out, d_in),
-        (DotIsa::Avx512Vnni, ActivationBits::Sixteen) => matmul::<avx512::Kernel, Q8, i16>(x, n, bytes, scales, d_out, d_in),
+        (DotIsa::Avx512Vnni, ActivationBits::Eight) => {
+            matmul::<avx512::Kernel, Q8, i8>(x, n, bytes, scales, d_out, d_in)
+        }
+        (DotIsa::Avx512Vnni, ActivationBits::Sixteen) => {
+            matmul::<avx512::Kernel, Q8, i16>(x, n, bytes, scales, d_out, d_in)
+        }
         (DotIsa::Avx2, ActivationBits::Eight) => matmul::<avx2::Kernel, Q8, i8>(x, n, bytes, scales, d_out, d_in),
         (DotIsa::Avx2, ActivationBits::Sixteen) => matmul::<avx2::Kernel, Q8, i16>(x, n, bytes, scales, d_out, d_in),
     }
@@ -144,7 +165,15 @@ pub fn q8_matmul(isa: DotIsa, x: &[f32], n: usize, values: &[i8], scales: &[f16]
 ///
 /// # Panics
 /// As [`q8_matmul`].
-pub fn q4_matmul(isa: DotIsa, x: &[f32], n: usize, packed: &[u8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
+pub fn q4_matmul(
+    isa: DotIsa,
+    x: &[f32],
+    n: usize,
+    packed: &[u8],
+    scales: &[f16],
+    d_out: usize,
+    d_in: usize,
+) -> Vec<f32> {
     const { assert!(matches!(Q4_ACTIVATION_BITS, ActivationBits::Eight)) };
     match isa {
         DotIsa::Avx512Vnni => matmul::<avx512::Kernel, Q4, i8>(x, n, packed, scales, d_out, d_in),
@@ -199,7 +228,13 @@ trait Kernel {
     /// # Safety
     /// The CPU runs the kernel; tokens `token..token + C` are in `x`; `out` plus each token's
     /// row holds the group's columns.
-    unsafe fn tile<F: Format, const C: usize>(group: &Group, x: &Activations<i8>, token: usize, out: *mut f32, d_out: usize);
+    unsafe fn tile<F: Format, const C: usize>(
+        group: &Group,
+        x: &Activations<i8>,
+        token: usize,
+        out: *mut f32,
+        d_out: usize,
+    );
 
     /// [`Kernel::tile`] for Q8_0 weights and 16-bit activations.
     ///
@@ -219,14 +254,26 @@ trait Rounding: ActivationInt {
     ///
     /// # Safety
     /// As [`Kernel::tile`].
-    unsafe fn tile<K: Kernel, F: Format, const C: usize>(group: &Group, x: &Activations<Self>, token: usize, out: *mut f32, d_out: usize);
+    unsafe fn tile<K: Kernel, F: Format, const C: usize>(
+        group: &Group,
+        x: &Activations<Self>,
+        token: usize,
+        out: *mut f32,
+        d_out: usize,
+    );
 }
 
 impl Rounding for i8 {
     const BITS: ActivationBits = ActivationBits::Eight;
     const REGISTERS: usize = 1;
 
-    unsafe fn tile<K: Kernel, F: Format, const C: usize>(group: &Group, x: &Activations<i8>, token: usize, out: *mut f32, d_out: usize) {
+    unsafe fn tile<K: Kernel, F: Format, const C: usize>(
+        group: &Group,
+        x: &Activations<i8>,
+        token: usize,
+        out: *mut f32,
+        d_out: usize,
+    ) {
         // SAFETY: the caller's.
         unsafe { K::tile::<F, C>(group, x, token, out, d_out) }
     }
@@ -236,7 +283,13 @@ impl Rounding for i16 {
     const BITS: ActivationBits = ActivationBits::Sixteen;
     const REGISTERS: usize = 2;
 
-    unsafe fn tile<K: Kernel, F: Format, const C: usize>(group: &Group, x: &Activations<i16>, token: usize, out: *mut f32, d_out: usize) {
+    unsafe fn tile<K: Kernel, F: Format, const C: usize>(
+        group: &Group,
+        x: &Activations<i16>,
+        token: usize,
+        out: *mut f32,
+        d_out: usize,
+    ) {
         assert!(!F::NIBBLES, "integer_dot: 16-bit activations are for Q8_0 weights");
         // SAFETY: the caller's.
         unsafe { K::wide_tile::<C>(group, x, token, out, d_out) }
@@ -250,7 +303,9 @@ fn round_activations<K: Kernel, T: Rounding>(x: &[f32], n: usize, d_in: usize) -
     let (mut xq, mut xs, mut sums) = (vec![T::default(); count * Q8_BLOCK], vec![0f32; count], vec![0i32; count]);
     let rounded = xq.par_chunks_mut(Q8_BLOCK).zip(xs.par_iter_mut()).zip(sums.par_iter_mut());
     // SAFETY: the callers check `K::available()`.
-    rounded.zip(x.par_chunks(Q8_BLOCK)).for_each(|(((values, scale), sum), block)| (*scale, *sum) = unsafe { K::round_block(block, values) });
+    rounded
+        .zip(x.par_chunks(Q8_BLOCK))
+        .for_each(|(((values, scale), sum), block)| (*scale, *sum) = unsafe { K::round_block(block, values) });
     (xq, xs, sums)
 }
 
@@ -263,12 +318,22 @@ fn round_block<T: Rounding>(block: &[f32], values: &mut [T]) -> (f32, i32) {
     (scale, values.iter().map(|&v| v.into()).sum::<i32>())
 }
 
-fn matmul<K: Kernel, F: Format, T: Rounding>(x: &[f32], n: usize, weights: &[u8], scales: &[f16], d_out: usize, d_in: usize) -> Vec<f32> {
+fn matmul<K: Kernel, F: Format, T: Rounding>(
+    x: &[f32],
+    n: usize,
+    weights: &[u8],
+    scales: &[f16],
+    d_out: usize,
+    d_in: usize,
+) -> Vec<f32> {
     assert!(K::available(), "integer_dot::matmul: this CPU does not run the kernel");
     let blocks = d_in / Q8_BLOCK;
     let row_bytes = d_in / 8 * F::PAIR_BYTES;
     assert!(
-        d_in % Q8_BLOCK == 0 && x.len() == n * d_in && weights.len() == d_out * row_bytes && scales.len() == d_out * blocks,
+        d_in % Q8_BLOCK == 0
+            && x.len() == n * d_in
+            && weights.len() == d_out * row_bytes
+            && scales.len() == d_out * blocks,
         "integer_dot::matmul: lengths do not match [{n}, {d_in}] x [{d_out}, {d_in}]"
     );
     if n == 0 || d_out == 0 || d_in == 0 {
