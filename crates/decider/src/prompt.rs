@@ -75,11 +75,6 @@ impl Row {
     }
 }
 
-/// About the bytes `strings` hold on the heap.
-pub(crate) fn strings_heap_bytes(strings: &[String]) -> usize {
-    strings.iter().map(|s| size_of::<String>() + s.len()).sum()
-}
-
 /// How to lay a request out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PlanOptions {
@@ -243,10 +238,11 @@ fn safe_cut(text: &str) -> usize {
     let is = |re: &Regex, c: char| re.is_match(c.encode_utf8(&mut [0; 4]));
     let mut after: Option<char> = None;
     for (i, c) in text.char_indices().rev() {
-        if let Some(next) = after {
-            if is(&LETTER_MARK_OR_NUMBER, c) && !is(&LETTER_OR_MARK, next) {
-                return i + c.len_utf8();
-            }
+        if let Some(next) = after
+            && is(&LETTER_MARK_OR_NUMBER, c)
+            && !is(&LETTER_OR_MARK, next)
+        {
+            return i + c.len_utf8();
         }
         after = Some(c);
     }

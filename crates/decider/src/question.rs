@@ -22,12 +22,16 @@ pub enum AnswerType {
 impl RenderedQuestion {
     /// About the bytes the question holds on the heap.
     pub fn heap_bytes(&self) -> usize {
-        use crate::prompt::strings_heap_bytes;
         self.text.len()
             + strings_heap_bytes(&self.options)
             + strings_heap_bytes(&self.names)
             + strings_heap_bytes(&self.legend)
     }
+}
+
+/// About the bytes `strings` hold on the heap.
+pub(crate) fn strings_heap_bytes(strings: &[String]) -> usize {
+    strings.iter().map(|s| size_of::<String>() + s.len()).sum()
 }
 
 impl AnswerType {

@@ -5,8 +5,8 @@
 //! scale. Only the last dimension of a tensor changes with the form ([`BlockStorage::width`]), so
 //! a weight `[..., out, in]` keeps its leading dimensions. Each tensor is made by one function
 //! ([`crate::q8_rows`], [`crate::q4_rows`], [`crate::block_scales`]) and read back as exact floats by
-//! another ([`crate::q8_values_f32`], [`q4_bytes_f32`], [`crate::block_scales_f32`]), in tensor
-//! ops that every backend has.
+//! another ([`crate::q8_values_f32`], [`crate::q4_bytes_f32`], [`crate::block_scales_f32`]), in
+//! tensor ops that every backend has.
 
 use burn::tensor::{DType, Element, ElementConversion, Int, Tensor, TensorData, backend::Backend};
 
@@ -136,10 +136,4 @@ pub(crate) fn bytes_f32<B: Backend, const D: usize>(held: Tensor<B, D, Int>, sto
     let mut bytes = dims;
     bytes[D - 1] = width * WORD_BYTES;
     Tensor::cat(lanes, 2).float().reshape(bytes)
-}
-
-/// The Q4_0 bytes of a tensor made by [`crate::q4_rows`] or [`crate::q4_values`], as floats
-/// (exact: `0..=255`), `[..., in / 2]`.
-pub fn q4_bytes_f32<B: crate::Q8Matmul, const D: usize>(held: Tensor<B, D, Int>) -> Tensor<B, D> {
-    bytes_f32(held, B::block_storage())
 }

@@ -10,8 +10,6 @@
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorPrimitive, backend::Backend};
 
-use crate::generic;
-
 /// The conv over a sequence that continues from a history of its last `K - 1` inputs.
 pub trait CausalConv1d: Backend {
     /// `x`: `[batch, len, channels]`; `history`: `[batch, K - 1, channels]`, the inputs before
@@ -72,4 +70,40 @@ pub fn causal_conv1d<B: CausalConv1d>(
         weight.into_primitive().tensor(),
     );
     (float(out), float(history))
+}
+
+/// The generic conv, in burn tensor ops: [`CausalConv1d::causal_conv1d`]'s default.
+pub mod generic {
+    use burn::tensor::{Tensor, TensorPrimitive, backend::Backend};
+
+    use crate::gating::generic::silu;
+
+    /// The causal conv as burn tensor ops: the window `history ++ x` along time, then for each tap
+    /// `j` the window shifted by `j` times the weight's column `j`, summed; burn's SiLU.
+    pub fn causal_conv1d<B: Backend>(
+        x: Tensor<B, 3>,
+        history: Tensor<B, 3>,
+        weight: Tensor<B, 2>,
+    ) -> (Tensor<B, 3>, Tensor<B, 3>) {
+        let [batch, len, channels] = x.dims();
+        let kernel = weight.dims()[1];
+        // burn cannot narrow to nothing: no tokens leave the history as it is, and with K = 1 there
+        // is none.
+        if len == 0 {
+            return (x, history);
+        }
+        let (window, history) = match kernel {
+            1 => (x, history),
+            _ => {
+                let window = Tensor::cat(vec![history, x], 1); // [batch, K - 1 + len, channels]
+                (window.clone(), window.narrow(1, len, kernel - 1))
+            }
+        };
+        let mut out = Tensor::zeros([batch, len, channels], &window.device());
+        for j in 0..kernel {
+            let tap = weight.clone().narrow(1, j, 1).reshape([1, 1, channels]);
+            out = out + window.clone().narrow(1, j, len) * tap;
+        }
+        (Tensor::from_primitive(TensorPrimitive::Float(silu::<B>(out.into_primitive().tensor()))), history)
+    }
 }

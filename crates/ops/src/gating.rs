@@ -9,8 +9,6 @@
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorPrimitive, backend::Backend};
 
-use crate::generic;
-
 /// `sigmoid` and `silu`, elementwise, any shape.
 pub trait Gating: Backend {
     /// `1 / (1 + exp(-x))`. The default is [`generic::sigmoid`], burn's.
@@ -32,4 +30,20 @@ pub fn sigmoid<B: Gating, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
 /// `x · sigmoid(x)` (SiLU, swish), elementwise.
 pub fn silu<B: Gating, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(<B as Gating>::silu(x.into_primitive().tensor())))
+}
+
+/// The generic gates, burn's: [`Gating`]'s defaults.
+pub mod generic {
+    use burn::tensor::backend::Backend;
+    use burn::tensor::ops::{ActivationOps, FloatTensor};
+
+    /// burn's `sigmoid` (`ActivationOps::sigmoid`).
+    pub fn sigmoid<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
+        <B as ActivationOps<B>>::sigmoid(x)
+    }
+
+    /// burn's `x * sigmoid(x)`.
+    pub fn silu<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
+        B::float_mul(x.clone(), sigmoid::<B>(x))
+    }
 }

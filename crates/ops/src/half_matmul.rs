@@ -94,7 +94,7 @@ pub trait HalfMatmul: Backend {
     /// weight as f32 ([`half_bits_f32`]) and runs the backend's matmul.
     fn half_matmul(x: FloatTensor<Self>, bits: IntTensor<Self>, half: Half) -> FloatTensor<Self> {
         let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
-        crate::generic::half_matmul(x, Tensor::from_primitive(bits), half).into_primitive().tensor()
+        generic::half_matmul(x, Tensor::from_primitive(bits), half).into_primitive().tensor()
     }
 
     /// The grouped form (see [`crate::grouped_matmul`]): `x [rows, in]` sorted by expert,
@@ -106,7 +106,7 @@ pub trait HalfMatmul: Backend {
         counts: IntTensor<Self>,
         half: Half,
     ) -> FloatTensor<Self> {
-        crate::generic::grouped_half_matmul::<Self>(x, bits, counts, half)
+        generic::grouped_half_matmul::<Self>(x, bits, counts, half)
     }
 
     /// [`HalfMatmul::half_matmul`] with the weight `[out, in]` held as a float tensor of its
@@ -114,9 +114,7 @@ pub trait HalfMatmul: Backend {
     /// backend's matmul.
     fn half_float_matmul(x: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {
         let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
-        crate::generic::half_float_matmul(x, Tensor::from_primitive(TensorPrimitive::Float(weight)))
-            .into_primitive()
-            .tensor()
+        generic::half_float_matmul(x, Tensor::from_primitive(TensorPrimitive::Float(weight))).into_primitive().tensor()
     }
 
     /// The grouped form of [`HalfMatmul::half_float_matmul`], `weight [experts, out, in]`. The
@@ -127,7 +125,7 @@ pub trait HalfMatmul: Backend {
         weight: FloatTensor<Self>,
         counts: IntTensor<Self>,
     ) -> FloatTensor<Self> {
-        crate::generic::grouped_half_float_matmul::<Self>(x, weight, counts)
+        generic::grouped_half_float_matmul::<Self>(x, weight, counts)
     }
 }
 
@@ -246,4 +244,70 @@ pub(crate) fn half_patterns_f32<B: Backend, const D: usize>(bits: Tensor<B, D>, 
     let powers = Tensor::<B, 1>::from_floats(powers.as_slice(), &significand.device());
     let power = powers.select(0, exponent.int().reshape([shape.num_elements()])).reshape(shape);
     significand * power * (sign * -2.0 + 1.0)
+}
+
+/// The generic 16-bit matmuls, in burn tensor ops: [`HalfMatmul`]'s defaults.
+pub mod generic {
+    use burn::tensor::ops::{FloatTensor, IntTensor};
+    use burn::tensor::{FloatDType, Int, Tensor, TensorPrimitive, backend::Backend};
+
+    use super::{Half, HalfMatmul};
+    use crate::dense_matmul::generic::{expert_of, per_expert};
+
+    /// `x · Wᵀ` with the 16-bit weight read as f32 first ([`crate::half_bits_f32`]), then one float
+    /// matmul.
+    pub fn half_matmul<B: Backend>(x: Tensor<B, 2>, bits: Tensor<B, 2, Int>, half: Half) -> Tensor<B, 2> {
+        let [out, _] = bits.dims();
+        let [n, _] = x.dims();
+        if n == 0 {
+            // burn-ndarray 0.21's matmul divides by the row count.
+            return Tensor::zeros([0, out], &x.device());
+        }
+        x.matmul(crate::half_bits_f32(bits, half).transpose())
+    }
+
+    /// `x · Wᵀ` with the 16-bit float weight cast to f32 (exact), then one float matmul.
+    pub fn half_float_matmul<B: Backend>(x: Tensor<B, 2>, weight: Tensor<B, 2>) -> Tensor<B, 2> {
+        let [out, _] = weight.dims();
+        let [n, _] = x.dims();
+        if n == 0 {
+            // burn-ndarray 0.21's matmul divides by the row count.
+            return Tensor::zeros([0, out], &x.device());
+        }
+        x.matmul(weight.cast(FloatDType::F32).transpose())
+    }
+
+    /// [`crate::grouped_half_matmul`] as a [`HalfMatmul::half_matmul`] per expert with rows.
+    pub fn grouped_half_matmul<B: HalfMatmul>(
+        x: FloatTensor<B>,
+        bits: IntTensor<B>,
+        counts: IntTensor<B>,
+        half: Half,
+    ) -> FloatTensor<B> {
+        let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(x));
+        let bits = Tensor::<B, 3, Int>::from_primitive(bits);
+        let d_out = bits.dims()[1];
+        per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| {
+            crate::half_matmul(x, expert_of(&bits, expert), half)
+        })
+        .into_primitive()
+        .tensor()
+    }
+
+    /// [`crate::grouped_half_float_matmul`] as a [`HalfMatmul::half_float_matmul`] per expert with
+    /// rows.
+    pub fn grouped_half_float_matmul<B: HalfMatmul>(
+        x: FloatTensor<B>,
+        weight: FloatTensor<B>,
+        counts: IntTensor<B>,
+    ) -> FloatTensor<B> {
+        let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(x));
+        let weight = Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(weight));
+        let d_out = weight.dims()[1];
+        per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| {
+            crate::half_float_matmul(x, expert_of(&weight, expert))
+        })
+        .into_primitive()
+        .tensor()
+    }
 }

@@ -18,7 +18,7 @@ pub mod reference;
 mod reshape;
 mod unit_lower_inverse;
 
-pub use block_storage::{BlockInts, BlockStorage, q4_bytes_f32};
+pub use block_storage::{BlockInts, BlockStorage};
 pub use causal_conv1d::{CausalConv1d, causal_conv1d};
 pub use dense_matmul::{DenseMatmul, dense_matmul, grouped_matmul};
 pub use expert_count::{ExpertCount, expert_count};
@@ -30,8 +30,8 @@ pub use half_matmul::{
     half_floats, half_matmul, holds_half_floats,
 };
 pub use q4_matmul::{
-    Q4_ACTIVATION_BITS, Q4_BLOCK, Q4Matmul, dequantize_q4, grouped_q4_matmul, q4_matmul, q4_rows, q4_values,
-    quantize_q4, quantize_q4_block,
+    Q4_ACTIVATION_BITS, Q4_BLOCK, Q4Matmul, dequantize_q4, grouped_q4_matmul, q4_bytes_f32, q4_matmul, q4_rows,
+    q4_values, quantize_q4, quantize_q4_block,
 };
 pub use q8_matmul::{
     ActivationBits, Q8_BLOCK, Q8Matmul, block_scales, block_scales_f32, dequantize_q8, grouped_q8_matmul, q8_matmul,

@@ -49,7 +49,7 @@ pub trait Q4Matmul: Q8Matmul {
         let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
         let values = Tensor::<Self, 2, Int>::from_primitive(values);
         let scales = Tensor::<Self, 2, Int>::from_primitive(scales);
-        crate::generic::q4_matmul(x, values, scales).into_primitive().tensor()
+        generic::q4_matmul(x, values, scales).into_primitive().tensor()
     }
 
     /// The grouped form (see [`crate::grouped_matmul`]): `x [rows, in]` sorted by expert,
@@ -62,7 +62,7 @@ pub trait Q4Matmul: Q8Matmul {
         scales: IntTensor<Self>,
         counts: IntTensor<Self>,
     ) -> FloatTensor<Self> {
-        crate::generic::grouped_q4_matmul::<Self>(x, values, scales, counts)
+        generic::grouped_q4_matmul::<Self>(x, values, scales, counts)
     }
 }
 
@@ -141,10 +141,16 @@ pub fn q4_rows<B: Q8Matmul, const D: usize>(
     }
 }
 
+/// The Q4_0 bytes of a tensor made by [`q4_rows`] or [`q4_values`], as floats (exact:
+/// `0..=255`), `[..., in / 2]`.
+pub fn q4_bytes_f32<B: Q8Matmul, const D: usize>(held: Tensor<B, D, Int>) -> Tensor<B, D> {
+    crate::block_storage::bytes_f32(held, B::block_storage())
+}
+
 /// Quantizes row-major `[rows, cols]` values (`cols` a multiple of [`Q4_BLOCK`]) to Q4_0:
 /// `(packed [rows, cols / 2], scales [rows, cols / 32])`, in parallel over blocks.
 pub fn quantize_q4(weights: &[f32], cols: usize) -> (Vec<u8>, Vec<f16>) {
-    assert!(cols % Q4_BLOCK == 0, "quantize_q4: {cols} columns are not whole blocks of {Q4_BLOCK}");
+    assert!(cols.is_multiple_of(Q4_BLOCK), "quantize_q4: {cols} columns are not whole blocks of {Q4_BLOCK}");
     let mut packed = vec![0u8; weights.len() / 2];
     let mut scales = vec![f16::ZERO; weights.len() / Q4_BLOCK];
     packed
@@ -168,7 +174,7 @@ const SCALE_STEPS: i32 = 2;
 /// block has the least squared error (llama.cpp's on ties), then the least-squares scale of that
 /// rounding where it does better still. Never worse than llama.cpp's Q4_0 on any block; 11–14 %
 /// less squared error on random rows (`q4_blocks_are_llama_cpp_q4_0_with_a_better_scale` in
-/// `crates/ops/tests/kernels.rs`).
+/// `crates/ops/tests/ops/kernels.rs`).
 pub fn quantize_q4_block(block: &[f32], packed: &mut [u8]) -> f16 {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512f") {
@@ -253,6 +259,7 @@ fn q4_value(w: f32, inverse: f32) -> u8 {
 /// [`q4_value`] as an i32, whose conversion vectorizes in [`q4_error`] (a saturating `as` does
 /// not).
 #[inline(always)]
+#[allow(clippy::manual_clamp, reason = "`clamp` keeps a NaN, which `max` maps to 0")]
 fn q4_level(w: f32, inverse: f32) -> i32 {
     // `max` maps a NaN (zero times the infinite inverse of an underflowed scale) to 0.
     let x = (w * inverse + 8.5).max(0.0).min(15.0);
@@ -273,4 +280,61 @@ pub fn dequantize_q4(packed: &[u8], scales: &[f16]) -> Vec<f32> {
             low.chain(high)
         })
         .collect()
+}
+
+/// The generic Q4_0 matmuls, in burn tensor ops: [`Q4Matmul`]'s defaults.
+pub mod generic {
+    use burn::tensor::ops::{FloatTensor, IntTensor};
+    use burn::tensor::{Int, Tensor, TensorPrimitive};
+
+    use super::Q4Matmul;
+    use crate::Q8Matmul;
+    use crate::dense_matmul::generic::{expert_of, per_expert};
+    use crate::q8_matmul::generic::round_activations;
+
+    /// `round(x) · Wᵀ` with the Q4_0 weight unpacked and dequantized first ([`q4_weight`]),
+    /// then one float matmul on the activations rounded to [`crate::Q4_ACTIVATION_BITS`].
+    pub fn q4_matmul<B: Q8Matmul>(
+        x: Tensor<B, 2>,
+        values: Tensor<B, 2, Int>,
+        scales: Tensor<B, 2, Int>,
+    ) -> Tensor<B, 2> {
+        let ([n, d_in], [out, _]) = (x.dims(), values.dims());
+        if n == 0 {
+            // burn-ndarray 0.21's matmul divides by the row count.
+            return Tensor::zeros([0, out], &x.device());
+        }
+        round_activations(x, crate::Q4_ACTIVATION_BITS).matmul(q4_weight(values, scales, d_in).transpose())
+    }
+
+    /// The weight `[rows, in]` that Q4_0 packed `values [rows, in / 2]` (in Q4_0's order) and their
+    /// `scales [rows, in / 32]` stand for, in tensor ops: each byte `b` is `16 h + l`, value `j` of
+    /// its block `l` and value `j + 16` `h`, each standing for `(q - 8) · d`. Exact in f32.
+    pub fn q4_weight<B: Q8Matmul>(values: Tensor<B, 2, Int>, scales: Tensor<B, 2, Int>, d_in: usize) -> Tensor<B, 2> {
+        let [rows, _] = values.dims();
+        let blocks = d_in / crate::Q4_BLOCK;
+        let bytes = crate::q4_bytes_f32(values).reshape([rows, blocks, crate::Q4_BLOCK / 2]);
+        let high = bytes.clone().div_scalar(16.0).floor();
+        let low = bytes - high.clone() * 16.0;
+        let q = Tensor::cat(vec![low, high], 2) - 8.0;
+        (q * crate::block_scales_f32(scales, blocks).reshape([rows, blocks, 1])).reshape([rows, d_in])
+    }
+
+    /// [`crate::grouped_q4_matmul`] as a [`Q4Matmul::q4_matmul`] per expert with rows.
+    pub fn grouped_q4_matmul<B: Q4Matmul>(
+        x: FloatTensor<B>,
+        values: IntTensor<B>,
+        scales: IntTensor<B>,
+        counts: IntTensor<B>,
+    ) -> FloatTensor<B> {
+        let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(x));
+        let (values, scales) =
+            (Tensor::<B, 3, Int>::from_primitive(values), Tensor::<B, 3, Int>::from_primitive(scales));
+        let d_out = values.dims()[1];
+        per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| {
+            crate::q4_matmul(x, expert_of(&values, expert), expert_of(&scales, expert))
+        })
+        .into_primitive()
+        .tensor()
+    }
 }

@@ -83,7 +83,7 @@ pub trait Q8Matmul: Backend {
         let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
         let values = Tensor::<Self, 2, Int>::from_primitive(values);
         let scales = Tensor::<Self, 2, Int>::from_primitive(scales);
-        crate::generic::q8_matmul(x, values, scales, bits).into_primitive().tensor()
+        generic::q8_matmul(x, values, scales, bits).into_primitive().tensor()
     }
 
     /// The grouped form (see [`crate::grouped_matmul`]): `x [rows, in]` sorted by expert,
@@ -97,7 +97,7 @@ pub trait Q8Matmul: Backend {
         counts: IntTensor<Self>,
         bits: ActivationBits,
     ) -> FloatTensor<Self> {
-        crate::generic::grouped_q8_matmul::<Self>(x, values, scales, counts, bits)
+        generic::grouped_q8_matmul::<Self>(x, values, scales, counts, bits)
     }
 }
 
@@ -236,7 +236,7 @@ pub fn block_scales_f32<B: Q8Matmul, const D: usize>(scales: Tensor<B, D, Int>, 
 /// Quantizes row-major `[rows, cols]` values (`cols` a multiple of [`Q8_BLOCK`]) to Q8_0:
 /// `(values [rows, cols], scales [rows, cols / 32])`, in parallel over blocks.
 pub fn quantize_q8(weights: &[f32], cols: usize) -> (Vec<i8>, Vec<f16>) {
-    assert!(cols % Q8_BLOCK == 0, "quantize_q8: {cols} columns are not whole blocks of {Q8_BLOCK}");
+    assert!(cols.is_multiple_of(Q8_BLOCK), "quantize_q8: {cols} columns are not whole blocks of {Q8_BLOCK}");
     let mut values = vec![0i8; weights.len()];
     let mut scales = vec![f16::ZERO; weights.len() / Q8_BLOCK];
     values
@@ -275,7 +275,7 @@ fn round_half_away(x: f32) -> i32 {
 /// f32 and ties round to even (burn's `round`), so the generic form rounds exactly alike. In
 /// parallel over blocks.
 pub fn round_activations(x: &[f32], cols: usize, bits: ActivationBits) -> Vec<f32> {
-    assert!(cols % Q8_BLOCK == 0, "round_activations: {cols} columns are not whole blocks of {Q8_BLOCK}");
+    assert!(cols.is_multiple_of(Q8_BLOCK), "round_activations: {cols} columns are not whole blocks of {Q8_BLOCK}");
     let mut rounded = vec![0f32; x.len()];
     rounded.par_chunks_mut(Q8_BLOCK).zip(x.par_chunks(Q8_BLOCK)).for_each(|(rounded, block)| {
         let mut values = [0i16; Q8_BLOCK];
@@ -333,6 +333,67 @@ pub fn dequantize_q8<S: Copy + Into<f32>>(values: &[i8], scales: &[S]) -> Vec<f3
             block.iter().map(move |&v| v as f32 * d)
         })
         .collect()
+}
+
+/// The generic Q8_0 matmuls, in burn tensor ops: [`Q8Matmul`]'s defaults.
+pub mod generic {
+    use burn::tensor::ops::{FloatTensor, IntTensor};
+    use burn::tensor::{Int, Tensor, TensorPrimitive, backend::Backend};
+
+    use super::{ActivationBits, Q8Matmul};
+    use crate::dense_matmul::generic::{expert_of, per_expert};
+
+    /// `round(x) · Wᵀ` with the Q8_0 weight dequantized first (`[out, in / 32, 32]` values times
+    /// their block's scale), then one float matmul on the activations rounded to `bits`.
+    pub fn q8_matmul<B: Q8Matmul>(
+        x: Tensor<B, 2>,
+        values: Tensor<B, 2, Int>,
+        scales: Tensor<B, 2, Int>,
+        bits: ActivationBits,
+    ) -> Tensor<B, 2> {
+        let ([n, d_in], [out, _]) = (x.dims(), values.dims());
+        if n == 0 {
+            // burn-ndarray 0.21's matmul divides by the row count.
+            return Tensor::zeros([0, out], &x.device());
+        }
+        let blocks = d_in / crate::Q8_BLOCK;
+        let weight = crate::q8_values_f32(values).reshape([out, blocks, crate::Q8_BLOCK])
+            * crate::block_scales_f32(scales, blocks).reshape([out, blocks, 1]);
+        round_activations(x, bits).matmul(weight.reshape([out, d_in]).transpose())
+    }
+
+    /// [`crate::grouped_q8_matmul`] as a [`Q8Matmul::q8_matmul`] per expert with rows.
+    pub fn grouped_q8_matmul<B: Q8Matmul>(
+        x: FloatTensor<B>,
+        values: IntTensor<B>,
+        scales: IntTensor<B>,
+        counts: IntTensor<B>,
+        bits: ActivationBits,
+    ) -> FloatTensor<B> {
+        let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(x));
+        let (values, scales) =
+            (Tensor::<B, 3, Int>::from_primitive(values), Tensor::<B, 3, Int>::from_primitive(scales));
+        let d_out = values.dims()[1];
+        per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| {
+            crate::q8_matmul(x, expert_of(&values, expert), expert_of(&scales, expert), bits)
+        })
+        .into_primitive()
+        .tensor()
+    }
+
+    /// `x [n, in]` rounded to blocks of 32 `bits` integers and back, as [`crate::round_activations`]
+    /// rounds it on the host. Rounding has no gradient: the gradient passes to `x` as if unrounded
+    /// (the straight-through estimator of quantization-aware training).
+    pub(crate) fn round_activations<B: Backend>(x: Tensor<B, 2>, bits: ActivationBits) -> Tensor<B, 2> {
+        let [n, d_in] = x.dims();
+        let blocks = x.clone().detach().reshape([n, d_in / crate::Q8_BLOCK, crate::Q8_BLOCK]);
+        let scale = blocks.clone().abs().max_dim(2).div_scalar(bits.max_value());
+        // A zero scale is a zero block: divided by 1, its values stay 0.
+        let divisor = scale.clone().mask_fill(scale.clone().equal_elem(0.0), 1.0);
+        let rounded = (blocks / divisor).round() * scale;
+        // `x + (r - x)` is `r` exactly: `r` is 0 or within a factor of 2 of `x` (Sterbenz).
+        x.clone() + (rounded.reshape([n, d_in]) - x).detach()
+    }
 }
 
 #[cfg(test)]

@@ -8,8 +8,6 @@
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Shape, Tensor, TensorPrimitive, backend::Backend};
 
-use crate::generic;
-
 /// `reshape` of a float tensor to a shape with as many elements.
 pub trait Reshape: Backend {
     /// The values in row-major order under `shape`. The default is [`generic::reshape`], burn's.
@@ -30,4 +28,15 @@ pub fn reshape<B: Reshape, const D1: usize, const D2: usize>(x: Tensor<B, D1>, d
         "reshape: {from:?} into {dims:?}: not as many elements"
     );
     Tensor::from_primitive(TensorPrimitive::Float(B::reshape(x.into_primitive().tensor(), Shape::from(dims))))
+}
+
+/// The generic reshape, burn's: [`Reshape::reshape`]'s default.
+pub mod generic {
+    use burn::tensor::ops::FloatTensor;
+    use burn::tensor::{Shape, backend::Backend};
+
+    /// burn's `float_reshape`.
+    pub fn reshape<B: Backend>(x: FloatTensor<B>, shape: Shape) -> FloatTensor<B> {
+        B::float_reshape(x, shape)
+    }
 }

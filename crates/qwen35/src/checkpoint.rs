@@ -19,7 +19,7 @@ use serde::Deserialize;
 use decider_ops::{Half, Q4_BLOCK, Q8_BLOCK, dequantize_q4, dequantize_q8, quantize_q4_block, quantize_q8_block};
 
 use crate::error::LoadError;
-use crate::format::WeightFormat;
+use crate::weight_format::WeightFormat;
 
 /// The tensors of a checkpoint, by name.
 pub struct Checkpoint {

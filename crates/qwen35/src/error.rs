@@ -41,7 +41,7 @@ pub enum LoadError {
     #[error(
         "tensor `{name}` has {count} values beyond the range of {format} (the first at flat index {first}): load it as bf16 or f32"
     )]
-    OutOfRange { name: String, count: usize, first: usize, format: crate::format::WeightFormat },
+    OutOfRange { name: String, count: usize, first: usize, format: crate::weight_format::WeightFormat },
     /// A weight of a quantized folder whose blocks are not what their format says, or that is
     /// stored in a form this build does not read.
     #[error("tensor `{name}`: {reason}")]

@@ -24,15 +24,19 @@ pub mod norm;
 pub mod projection;
 pub mod quantize;
 pub mod rope;
+mod shards;
 pub mod token_table;
+pub mod weight_choice;
+pub mod weight_format;
 pub mod weights;
 
 pub use cache::ModelCache;
 pub use config::{FeedForwardType, LayerType, MoeConfig, Qwen35Config};
 pub use error::{ConfigError, LoadError};
-pub use format::{WeightChoice, WeightFormat};
 pub use memory::CallMemory;
 pub use model::{ForwardTrace, LayerTrace, PrefillBlocks, Qwen35Model};
+pub use weight_choice::WeightChoice;
+pub use weight_format::WeightFormat;
 pub use weights::{load_model, load_model_with_weights};
 
 /// The backend bound of the Qwen3.5 layers: burn's `Backend` plus the special ops of
@@ -43,7 +47,7 @@ pub trait Qwen35Ops:
     decider_ops::ExpertCount
     + decider_ops::GatedDeltaRule
     + decider_ops::CausalConv1d
-    + format::FormatOps
+    + weight_format::FormatOps
     + decider_ops::DenseMatmul
     + decider_ops::Gating
     + decider_ops::Reshape
@@ -54,7 +58,7 @@ impl<B> Qwen35Ops for B where
     B: decider_ops::ExpertCount
         + decider_ops::GatedDeltaRule
         + decider_ops::CausalConv1d
-        + format::FormatOps
+        + weight_format::FormatOps
         + decider_ops::DenseMatmul
         + decider_ops::Gating
         + decider_ops::Reshape

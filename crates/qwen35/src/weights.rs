@@ -31,9 +31,9 @@ use rayon::prelude::*;
 use crate::checkpoint::{Checkpoint, HalfValues};
 use crate::config::Qwen35Config;
 use crate::error::LoadError;
-use crate::format::{FormatOps, WeightFormat};
 use crate::model::Qwen35Model;
-use crate::quantize::{ShardWriter, Written};
+use crate::shards::{ShardWriter, Written};
+use crate::weight_format::{FormatOps, WeightFormat};
 
 /// Where the text model's tensors start, in the order tried: released checkpoints, then
 /// `save_pretrained` output.

@@ -22,10 +22,10 @@ use std::borrow::Cow;
 use decider::python_json::{Json, LoadError, decode, loads_text};
 use serde_json::json;
 
-use super::AppState;
 use super::error::ApiError;
 use super::memory::{Reservation, parse_bytes};
 use super::request::{invalid_fields, not_an_object};
+use super::state::AppState;
 
 /// Bytes of an oversized body read and dropped at most, after the limit.
 const DRAIN_BYTES: usize = 64 << 20;

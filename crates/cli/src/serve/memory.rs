@@ -17,7 +17,7 @@ use super::error::ApiError;
 
 /// Bytes a parsed JSON value may take per structural character (`[`, `{`, `,` or `:` outside a
 /// string) of its text, at most. Measured with a counting allocator, the costliest shapes take
-/// 200 (`[[1],[1],…]`); `tests/serve.rs` checks the bound on the real server's peak memory.
+/// 200 (`[[1],[1],…]`); `tests/cli/serve.rs` checks the bound on the real server's peak memory.
 const BYTES_PER_STRUCTURAL: usize = 256;
 
 /// An upper bound of the bytes parsing `body` (UTF-8) into a `Json` value allocates: the text of

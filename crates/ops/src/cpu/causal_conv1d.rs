@@ -24,7 +24,7 @@ pub fn causal_conv1d(
     assert!(
         kernel >= 1
             && channels > 0
-            && x.len() % (batch * channels).max(1) == 0
+            && x.len().is_multiple_of((batch * channels).max(1))
             && history.len() == batch * past * channels
             && weight.len() == channels * kernel,
         "causal_conv1d: {} inputs, {} history values and {} weights do not match batch {batch}, {channels} channels, K = {kernel}",

@@ -16,12 +16,12 @@
 
 use std::arch::x86_64::*;
 
-use super::{Activations, Format, Group, Rounding};
+use super::kernel::{self, Activations, Format, Group, Rounding};
 use crate::Q8_BLOCK;
 
 pub(super) struct Kernel;
 
-impl super::Kernel for Kernel {
+impl kernel::Kernel for Kernel {
     const GROUP: usize = 8;
     /// As many as with AVX-512, though the sums and dots then outnumber the 16 registers and a
     /// few live on the stack: each weight load (and its magnitude) serves more tokens, and 8 ran
@@ -35,7 +35,7 @@ impl super::Kernel for Kernel {
 
     #[target_feature(enable = "avx2,fma")]
     unsafe fn round_block<T: Rounding>(block: &[f32], values: &mut [T]) -> (f32, i32) {
-        super::round_block(block, values)
+        kernel::round_block(block, values)
     }
 
     #[target_feature(enable = "avx2,fma")]

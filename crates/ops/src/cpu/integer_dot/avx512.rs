@@ -13,12 +13,12 @@
 
 use std::arch::x86_64::*;
 
-use super::{Activations, Format, Group, Rounding};
+use super::kernel::{self, Activations, Format, Group, Rounding};
 use crate::Q8_BLOCK;
 
 pub(super) struct Kernel;
 
-impl super::Kernel for Kernel {
+impl kernel::Kernel for Kernel {
     const GROUP: usize = 16;
     /// 8 of the 32 registers hold the f32 sums and up to 16 the i32 dots.
     const TILE: usize = 8;
@@ -31,7 +31,7 @@ impl super::Kernel for Kernel {
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     unsafe fn round_block<T: Rounding>(block: &[f32], values: &mut [T]) -> (f32, i32) {
-        super::round_block(block, values)
+        kernel::round_block(block, values)
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]

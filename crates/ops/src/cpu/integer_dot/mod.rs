@@ -22,11 +22,12 @@
 use half::f16;
 use rayon::prelude::*;
 
-use crate::q8_matmul::{ActivationInt, round_activation_block};
 use crate::{ActivationBits, Q4_ACTIVATION_BITS, Q4_BLOCK, Q8_BLOCK};
+use kernel::{Activations, Format, Group, Kernel, Q4, Q8, Rounding};
 
 mod avx2;
 mod avx512;
+mod kernel;
 
 /// An integer-dot kernel, by the instructions it runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,121 +182,6 @@ pub fn q4_matmul(
     }
 }
 
-/// A block format's weight bytes, as the kernels read them: each row's bytes for 8 inputs (two
-/// `k` steps).
-trait Format {
-    /// Two 4-bit values a byte (Q4_0: `q = w + 8`, the first step in the low nibbles), else one
-    /// signed byte a value, step after step (Q8_0).
-    const NIBBLES: bool;
-    /// Bytes a row holds for 8 inputs.
-    const PAIR_BYTES: usize = if Self::NIBBLES { 4 } else { 8 };
-}
-
-/// Q8_0.
-struct Q8;
-impl Format for Q8 {
-    const NIBBLES: bool = false;
-}
-
-/// Q4_0.
-struct Q4;
-impl Format for Q4 {
-    const NIBBLES: bool = true;
-}
-
-/// The instructions one kernel is compiled for: its group and tile sizes, and its tiles.
-trait Kernel {
-    /// Weight rows per group: the i32 lanes of a register.
-    const GROUP: usize;
-    /// Tokens per tile with 8-bit activations (half as many with 16-bit ones, which take two i32
-    /// registers a token): the accumulators (an f32 register and one or two i32 ones per token)
-    /// and the step's operands fit in the registers.
-    const TILE: usize;
-
-    /// Whether this CPU runs the kernel.
-    fn available() -> bool;
-
-    /// One block of activations rounded to `T` (values, scale, sum of values), compiled for the
-    /// kernel's instructions (where the rounding vectorises).
-    ///
-    /// # Safety
-    /// The CPU runs the kernel ([`Kernel::available`]).
-    unsafe fn round_block<T: Rounding>(block: &[f32], values: &mut [T]) -> (f32, i32);
-
-    /// Outputs of one group for `C` tokens from `token`, 8-bit activations, written to `out + j
-    /// * d_out` for token `j`.
-    ///
-    /// # Safety
-    /// The CPU runs the kernel; tokens `token..token + C` are in `x`; `out` plus each token's
-    /// row holds the group's columns.
-    unsafe fn tile<F: Format, const C: usize>(
-        group: &Group,
-        x: &Activations<i8>,
-        token: usize,
-        out: *mut f32,
-        d_out: usize,
-    );
-
-    /// [`Kernel::tile`] for Q8_0 weights and 16-bit activations.
-    ///
-    /// # Safety
-    /// As [`Kernel::tile`].
-    unsafe fn wide_tile<const C: usize>(group: &Group, x: &Activations<i16>, token: usize, out: *mut f32, d_out: usize);
-}
-
-/// The activations' integer (8 or 16 bits), and the tile that reads it.
-trait Rounding: ActivationInt {
-    /// What [`crate::ActivationBits`] calls it.
-    const BITS: ActivationBits;
-    /// The i32 registers a token's dot takes in a tile (a tile holds `TILE / REGISTERS` tokens).
-    const REGISTERS: usize;
-
-    /// `K`'s tile for these activations and weights in format `F`, for `C` tokens.
-    ///
-    /// # Safety
-    /// As [`Kernel::tile`].
-    unsafe fn tile<K: Kernel, F: Format, const C: usize>(
-        group: &Group,
-        x: &Activations<Self>,
-        token: usize,
-        out: *mut f32,
-        d_out: usize,
-    );
-}
-
-impl Rounding for i8 {
-    const BITS: ActivationBits = ActivationBits::Eight;
-    const REGISTERS: usize = 1;
-
-    unsafe fn tile<K: Kernel, F: Format, const C: usize>(
-        group: &Group,
-        x: &Activations<i8>,
-        token: usize,
-        out: *mut f32,
-        d_out: usize,
-    ) {
-        // SAFETY: the caller's.
-        unsafe { K::tile::<F, C>(group, x, token, out, d_out) }
-    }
-}
-
-impl Rounding for i16 {
-    const BITS: ActivationBits = ActivationBits::Sixteen;
-    const REGISTERS: usize = 2;
-
-    unsafe fn tile<K: Kernel, F: Format, const C: usize>(
-        group: &Group,
-        x: &Activations<i16>,
-        token: usize,
-        out: *mut f32,
-        d_out: usize,
-    ) {
-        assert!(!F::NIBBLES, "integer_dot: 16-bit activations are for Q8_0 weights");
-        // SAFETY: the caller's.
-        unsafe { K::wide_tile::<C>(group, x, token, out, d_out) }
-    }
-}
-
 /// Rounds each block of `x [n, d_in]` to `T` (its values, scale and value sum): the activations
 /// every group of a product reads.
 fn round_activations<K: Kernel, T: Rounding>(x: &[f32], n: usize, d_in: usize) -> (Vec<T>, Vec<f32>, Vec<i32>) {
@@ -307,15 +193,6 @@ fn round_activations<K: Kernel, T: Rounding>(x: &[f32], n: usize, d_in: usize) -
         .zip(x.par_chunks(Q8_BLOCK))
         .for_each(|(((values, scale), sum), block)| (*scale, *sum) = unsafe { K::round_block(block, values) });
     (xq, xs, sums)
-}
-
-/// The rounding of [`Kernel::round_block`], the same for every kernel: always inlined, so that
-/// each compiles it for its own instructions (called, it ran for the baseline x86-64, a libm
-/// `rintf` call a value).
-#[inline(always)]
-fn round_block<T: Rounding>(block: &[f32], values: &mut [T]) -> (f32, i32) {
-    let scale = round_activation_block(block, T::BITS.max_value(), values);
-    (scale, values.iter().map(|&v| v.into()).sum::<i32>())
 }
 
 fn matmul<K: Kernel, F: Format, T: Rounding>(
@@ -330,7 +207,7 @@ fn matmul<K: Kernel, F: Format, T: Rounding>(
     let blocks = d_in / Q8_BLOCK;
     let row_bytes = d_in / 8 * F::PAIR_BYTES;
     assert!(
-        d_in % Q8_BLOCK == 0
+        d_in.is_multiple_of(Q8_BLOCK)
             && x.len() == n * d_in
             && weights.len() == d_out * row_bytes
             && scales.len() == d_out * blocks,
@@ -417,49 +294,5 @@ impl OutPtr {
     unsafe fn at(self, offset: usize) -> *mut f32 {
         // SAFETY: the caller's.
         unsafe { self.0.add(offset) }
-    }
-}
-
-/// One group of up to [`Kernel::GROUP`] weight rows.
-struct Group<'a> {
-    /// The rows' bytes in their format's layout.
-    weights: &'a [u8],
-    rows: usize,
-    /// Whether the group has all its rows (only a weight's last group may have fewer).
-    full: bool,
-    /// `[blocks, GROUP]`: block `b`'s scale of each row.
-    scales: &'a [f32],
-}
-
-/// The activations `[n, d_in]` rounded block by block to `T` (i8 or i16): for each token's
-/// block, its 32 values, scale and value sum.
-struct Activations<'a, T> {
-    /// `[n, blocks, 32]`.
-    values: &'a [T],
-    /// `[n, blocks]`.
-    scales: &'a [f32],
-    /// `[n, blocks]`: what a kernel that reads the weights biased subtracts.
-    sums: &'a [i32],
-    blocks: usize,
-}
-
-impl<T> Activations<'_, T> {
-    /// Token `token`'s block `b`: its index in `scales` and `sums` (× 32 in `values`).
-    #[inline(always)]
-    fn at(&self, token: usize, b: usize) -> usize {
-        token * self.blocks + b
-    }
-
-    /// Where the 4 values of step `step` (inputs `4 step..4 step + 4`) of token `token`'s block
-    /// `b` start: read as one integer (i32 for 8 bits, i64 for 16) and broadcast straight from
-    /// memory, an operand of the product (read into a register first, they cost an instruction
-    /// each, and the AVX-512 kernel ran at half the speed).
-    ///
-    /// # Safety
-    /// `token`, `b` and `step < 8` are within the activations.
-    #[inline(always)]
-    unsafe fn four(&self, token: usize, b: usize, step: usize) -> *const T {
-        // SAFETY: the caller's.
-        unsafe { self.values.as_ptr().add(self.at(token, b) * Q8_BLOCK + step * 4) }
     }
 }

@@ -1,0 +1,151 @@
+//! The HTTP routes and their handlers: each reads its request, plans it through [`AppState`] and
+//! answers in the reference's JSON.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use decider::python_json::Json;
+use decider::{AnswerType, FormAnswers};
+use serde_json::{Map, Value, json};
+
+use super::body::{self, JsonBody};
+use super::error::ApiError;
+use super::memory::Reservation;
+use super::queue::Work;
+use super::request::{self, field_error, invalid_fields, systemone_request};
+use super::state::AppState;
+
+/// Every route of the reference's server, and FastAPI's answers to the others.
+pub(super) fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/systemone", post(systemone))
+        .route("/decide", post(decide))
+        .route("/health", get(health))
+        .route("/v1/models", get(models))
+        .route("/stats", get(stats_report))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+}
+
+async fn systemone(
+    State(state): State<Arc<AppState>>,
+    JsonBody(body, reservation): JsonBody,
+) -> Result<axum::Json<decider::SystemOneResponse>, ApiError> {
+    let watch = state.watch_client();
+    let response = answer_systemone(&state, body, reservation).await;
+    watch.finished();
+    response.map(axum::Json)
+}
+
+/// `reservation` holds the body's memory until the request is planned.
+async fn answer_systemone(
+    state: &Arc<AppState>,
+    body: Json,
+    reservation: Reservation,
+) -> Result<decider::SystemOneResponse, ApiError> {
+    let (request, has_assets) = systemone_request(body, state.limits.max_state_tokens)?;
+    if has_assets {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "this server was started without image support (DECIDER_IMAGES=1)",
+        ));
+    }
+    let plan = state.plan(reservation, move |prompter| prompter.plan(&request)).await?;
+    state.check_size(&plan.rows.iter().map(|r| r.ids.len()).collect::<Vec<_>>())?;
+    let (rows, sizes, questions) = (plan.rows.len(), state.sizes(&plan.rows, plan.heap_bytes()), plan.questions.len());
+    state.answer(rows, sizes, questions, |reply| Work::SystemOne(plan, reply)).await
+}
+
+async fn decide(
+    State(state): State<Arc<AppState>>,
+    JsonBody(body, reservation): JsonBody,
+) -> Result<axum::Json<FormAnswers>, ApiError> {
+    let watch = state.watch_client();
+    let answers = answer_decide(&state, body, reservation).await;
+    watch.finished();
+    answers.map(axum::Json)
+}
+
+/// `reservation` holds the body's memory until the form is planned.
+async fn answer_decide(state: &Arc<AppState>, body: Json, reservation: Reservation) -> Result<FormAnswers, ApiError> {
+    let Json::Dict(mut fields) = body else { return Err(request::not_an_object(&body)) };
+    let context = match fields.get_mut("context") {
+        Some(Json::Str(c)) => std::mem::take(c),
+        Some(other) => {
+            return Err(invalid_fields(vec![field_error(
+                "string_type",
+                &[json!("context")],
+                "Input should be a valid string",
+                other,
+            )]));
+        }
+        None => {
+            return Err(invalid_fields(vec![field_error(
+                "missing",
+                &[json!("context")],
+                "Field required",
+                &Json::Dict(fields),
+            )]));
+        }
+    };
+    let schema = fields.get_mut("schema").map(Json::take).unwrap_or(Json::Null);
+    drop(fields);
+    // Validated and tokenized off the model thread, and held to the row limits like
+    // `/v1/systemone` (an empty schema runs no row).
+    let plan = state.plan(reservation, move |prompter| prompter.plan_decide(&context, Some(&schema))).await?;
+    if plan.row_tokens() == 0 {
+        return Ok(FormAnswers::new());
+    }
+    state.check_size(&[plan.row_tokens()])?;
+    let (sizes, questions) = (state.sizes(plan.rows(), plan.heap_bytes()), plan.questions());
+    state.answer(1, sizes, questions, |reply| Work::Decide(plan, reply)).await
+}
+
+/// An unknown route: FastAPI's 404 body.
+/// Its body is read and dropped first, as a refused oversized one is (`body.rs`): a client still
+/// writing it would otherwise never read the answer.
+async fn not_found(body: axum::body::Body) -> (StatusCode, axum::Json<Value>) {
+    body::drain(body).await;
+    (StatusCode::NOT_FOUND, axum::Json(json!({"detail": "Not Found"})))
+}
+
+/// A known route with another method: FastAPI's 405 body.
+/// Its body is drained as [`not_found`]'s is.
+async fn method_not_allowed(body: axum::body::Body) -> (StatusCode, axum::Json<Value>) {
+    body::drain(body).await;
+    (StatusCode::METHOD_NOT_ALLOWED, axum::Json(json!({"detail": "Method Not Allowed"})))
+}
+
+async fn health(State(state): State<Arc<AppState>>) -> axum::Json<Value> {
+    let config = &state.prompter.config;
+    let by_type: Map<String, Value> = [AnswerType::Choice, AnswerType::Noul, AnswerType::Score]
+        .into_iter()
+        .map(|kind| (kind.as_str().to_string(), json!(config.temperatures.of(kind, 2))))
+        .collect();
+    axum::Json(json!({
+        "ok": true,
+        "model": state.source,
+        "device": state.device,
+        "layout": "plain",
+        "temperature": config.temperature,
+        "temperature_by_type": by_type,
+    }))
+}
+
+/// `GET /stats`: the reference's counters and limits.
+async fn stats_report(State(state): State<Arc<AppState>>) -> axum::Json<Value> {
+    axum::Json(state.stats.report(state.backlog.rows(), state.memory.used(), &state.limits))
+}
+
+async fn models(State(state): State<Arc<AppState>>) -> axum::Json<Value> {
+    let config = &state.prompter.config;
+    axum::Json(json!({"models": [{
+        "name": config.model_name,
+        "description": "decider: one-pass typed decisions with calibrated probabilities",
+        "release_date": config.release_date,
+    }]}))
+}

@@ -1,0 +1,146 @@
+//! The server's shared state and what the handlers do with it: refuse (counted and logged),
+//! admit rows to the model's queue, plan off the async workers and wait for the model's answer.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::mpsc;
+
+use axum::http::StatusCode;
+use decider::{DeciderError, Prompter, Row, WorkingMemory};
+use tokio::sync::oneshot;
+
+use super::error::{ApiError, internal, model_failed, unprocessable};
+use super::limits::Limits;
+use super::memory::{self, Reservation};
+use super::queue::{self, Backlog, Job, Work};
+use super::stats::Stats;
+
+/// What every handler reads: the prompter, the queue to the model thread, the budgets, limits
+/// and counters.
+pub(super) struct AppState {
+    pub(super) prompter: Prompter,
+    pub(super) jobs: mpsc::Sender<Job>,
+    pub(super) backlog: Backlog,
+    pub(super) memory: memory::MemoryBudget,
+    /// Sizes the model's working memory for a request.
+    pub(super) working: WorkingMemory,
+    pub(super) limits: Limits,
+    pub(super) source: String,
+    pub(super) device: String,
+    pub(super) stats: Arc<Stats>,
+}
+
+impl AppState {
+    /// `error`, counted in `counter` of `/stats`.
+    /// Every refusal is logged on one line: its status and its `detail` as JSON.
+    pub(super) fn refused(&self, counter: &AtomicU64, error: ApiError) -> ApiError {
+        Stats::count(counter);
+        eprintln!("decider: refused status={} detail={}", error.0.as_u16(), error.1);
+        error
+    }
+
+    /// `error`, counted in `/stats` by its status: 413, 503 or another.
+    pub(super) fn refused_by_status(&self, error: ApiError) -> ApiError {
+        let counter = match error.0 {
+            StatusCode::PAYLOAD_TOO_LARGE => &self.stats.rejected_too_large,
+            StatusCode::SERVICE_UNAVAILABLE => &self.stats.rejected_overloaded,
+            _ => &self.stats.errors,
+        };
+        self.refused(counter, error)
+    }
+
+    /// The 413 checks, counted in `/stats`.
+    pub(super) fn check_size(&self, lengths: &[usize]) -> Result<(), ApiError> {
+        self.limits.check_size(lengths).map_err(|e| self.refused(&self.stats.rejected_too_large, e))
+    }
+
+    /// `rows` admitted to the model's queue, or a 503 counted in `/stats`.
+    pub(super) fn admit(&self, rows: usize) -> Result<queue::Admission, ApiError> {
+        let limit = self.limits.max_queue_rows;
+        self.backlog.admit(rows, limit).map_err(|queued| {
+            let message = format!(
+                "server busy: {queued} rows queued, the limit is {limit} (DECIDER_MAX_QUEUE_ROWS); retry later"
+            );
+            self.refused(&self.stats.rejected_overloaded, ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message))
+        })
+    }
+
+    /// Plans a request with `plan`, off the async workers (tokenizing a long state is CPU
+    /// work). The blocking task owns the request and `reservation`: if the client hangs up
+    /// meanwhile, the body's memory stays reserved until the request is freed.
+    pub(super) async fn plan<T: Send + 'static>(
+        self: &Arc<Self>,
+        reservation: Reservation,
+        plan: impl FnOnce(&Prompter) -> Result<T, DeciderError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let state = self.clone();
+        let planned = tokio::task::spawn_blocking(move || {
+            let planned = plan(&state.prompter); // the request, owned by `plan`, is freed here
+            drop(reservation);
+            planned
+        })
+        .await
+        .map_err(internal)?;
+        planned.map_err(|e| self.refused(&self.stats.errors, unprocessable(e)))
+    }
+
+    /// Admits `rows` and reserves what they need: the bytes their plan holds and the model's
+    /// working memory for them ([`AppState::sizes`]), in the memory budget until it is answered;
+    /// has the model thread run the work `job` makes of a reply sender, and waits for its
+    /// answer to `questions` questions.
+    pub(super) async fn answer<T>(
+        &self,
+        rows: usize,
+        (plan_bytes, working): (usize, usize),
+        questions: usize,
+        job: impl FnOnce(oneshot::Sender<Result<T, DeciderError>>) -> Work,
+    ) -> Result<T, ApiError> {
+        let mut memory = self.memory.reservation();
+        let what = format!(
+            "the plan of its rows and questions ({} MiB) with the model's working memory for them ({} MiB)",
+            memory::mib(plan_bytes),
+            memory::mib(working)
+        );
+        memory.grow(plan_bytes.saturating_add(working), &what).map_err(|e| self.refused_by_status(e))?;
+        let admission = self.admit(rows)?;
+        let (reply, answer) = oneshot::channel();
+        self.jobs
+            .send(Job { work: job(reply), admission, memory, working })
+            .map_err(|_| internal("the model thread has stopped"))?;
+        let answer = answer.await.map_err(|_| model_failed()).and_then(|r| r.map_err(internal));
+        let answer = answer.map_err(|e| self.refused(&self.stats.errors, e))?;
+        self.stats.answered(questions);
+        Ok(answer)
+    }
+
+    /// The bytes a plan of `rows`, holding `plan_bytes`, needs: those, and the model's working
+    /// memory to score the rows.
+    pub(super) fn sizes(&self, rows: &[Row], plan_bytes: usize) -> (usize, usize) {
+        (plan_bytes, self.working.bytes(&[rows]))
+    }
+
+    /// Counts the request as abandoned unless [`ClientWatch::finished`] is called before it drops.
+    pub(super) fn watch_client(&self) -> ClientWatch<'_> {
+        ClientWatch { stats: &self.stats, finished: false }
+    }
+}
+
+/// A request's handler future is dropped, unfinished, when its client closes the connection.
+pub(super) struct ClientWatch<'a> {
+    stats: &'a Stats,
+    finished: bool,
+}
+
+impl ClientWatch<'_> {
+    pub(super) fn finished(mut self) {
+        self.finished = true;
+    }
+}
+
+impl Drop for ClientWatch<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            Stats::count(&self.stats.abandoned);
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! The weight format asked for at load, `auto` included, and how `auto` is settled for a model
+//! folder.
+
+use std::fmt;
+use std::path::Path;
+use std::str::FromStr;
+
+use crate::checkpoint::Checkpoint;
+use crate::error::LoadError;
+use crate::weight_format::{FormatOps, WeightFormat};
+
+/// The weight format asked for at load: one format, or `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WeightChoice {
+    /// The best format that holds a model folder's weights exactly: the format a `decider
+    /// quantize`d folder is stored in; else the 16-bit float a checkpoint's matrices are all
+    /// stored in (the released checkpoints: bf16), where the backend holds it in 2 bytes a
+    /// weight ([`WeightFormat::half_bytes`]; not bf16 on wgpu); else f32. As transformers'
+    /// `torch_dtype="auto"`: the checkpoint's own precision, in half f32's memory.
+    #[default]
+    Auto,
+    Exactly(WeightFormat),
+}
+
+impl WeightChoice {
+    /// The format to load the model folder `dir` in on `device`.
+    pub fn for_folder<B: FormatOps>(self, dir: &Path, device: &B::Device) -> Result<WeightFormat, LoadError> {
+        let WeightChoice::Auto = self else {
+            return Ok(self.without_folder());
+        };
+        let checkpoint = Checkpoint::open_dir(dir)?;
+        if let Some(format) = checkpoint.stored_format() {
+            return Ok(format);
+        }
+        let half = checkpoint.matrices_half().filter(|&half| WeightFormat::half_bytes::<B>(half, device) == 2);
+        Ok(half.map_or(WeightFormat::F32, WeightFormat::of_half))
+    }
+
+    /// The format of a model built without a folder (random weights).
+    pub fn without_folder(self) -> WeightFormat {
+        match self {
+            WeightChoice::Exactly(format) => format,
+            WeightChoice::Auto => WeightFormat::F32,
+        }
+    }
+}
+
+impl fmt::Display for WeightChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WeightChoice::Auto => f.write_str("auto"),
+            WeightChoice::Exactly(format) => format.fmt(f),
+        }
+    }
+}
+
+impl FromStr for WeightChoice {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, String> {
+        match name {
+            "auto" => Ok(WeightChoice::Auto),
+            _ => name.parse().map(WeightChoice::Exactly).map_err(|_| {
+                let names: Vec<&str> = WeightFormat::ALL.iter().map(|(name, _)| *name).collect();
+                format!("unknown weight format `{name}` (expected one of: auto, {})", names.join(", "))
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WeightChoice;
+    use crate::weight_format::WeightFormat;
+
+    #[test]
+    fn choices_parse_and_print_by_their_names() {
+        for (name, choice) in [
+            ("auto", WeightChoice::Auto),
+            ("f32", WeightChoice::Exactly(WeightFormat::F32)),
+            ("q8", WeightChoice::Exactly(WeightFormat::Q8)),
+            ("q4", WeightChoice::Exactly(WeightFormat::Q4)),
+            ("f16", WeightChoice::Exactly(WeightFormat::F16)),
+            ("bf16", WeightChoice::Exactly(WeightFormat::Bf16)),
+        ] {
+            assert_eq!(name.parse::<WeightChoice>(), Ok(choice));
+            assert_eq!(choice.to_string(), name);
+        }
+        assert_eq!(
+            "q3".parse::<WeightChoice>(),
+            Err("unknown weight format `q3` (expected one of: auto, f32, q8, q4, f16, bf16)".to_owned())
+        );
+        assert_eq!(WeightChoice::Auto.without_folder(), WeightFormat::F32);
+    }
+}
