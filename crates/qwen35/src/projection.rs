@@ -8,7 +8,8 @@ use decider_ops::{DenseMatmul, Reshape, dense_matmul, reshape};
 
 use decider_ops::Half;
 
-use crate::format::{FormatOps, HalfWeight, ProjectionInput, Q4Weight, Q8Weight, WeightFormat};
+use crate::format::{HalfWeight, ProjectionInput, Q4Weight, Q8Weight};
+use crate::weight_format::{FormatOps, WeightFormat};
 
 #[derive(Config, Debug)]
 pub struct ProjectionConfig {

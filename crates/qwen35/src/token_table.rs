@@ -12,7 +12,8 @@ use burn::nn::{Embedding, EmbeddingConfig};
 use burn::tensor::{Int, Tensor, backend::Backend};
 use decider_ops::{BlockInts, Half, Q8_BLOCK, block_scales_f32, q8_values_f32};
 
-use crate::format::{FormatOps, HalfWeight, WeightFormat, lazy_q8_params};
+use crate::format::{HalfWeight, lazy_q8_params};
+use crate::weight_format::{FormatOps, WeightFormat};
 
 /// Rows dequantized at a time by [`TokenTable::logits`]: 4,096 rows of 2,048 values are
 /// 64 MiB of f32 (cast, then scaled), where the whole table of decider-2b would be 1.9 GiB.
