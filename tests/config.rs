@@ -11,7 +11,7 @@ use qwen35::{FeedForwardType, LayerType, Qwen35Config};
 type B = NdArray;
 
 fn full_attention_layers(config: &Qwen35Config) -> Vec<usize> {
-    (0..config.num_hidden_layers).filter(|&i| config.layer_types[i] == LayerType::FullAttention).collect()
+    (0..config.num_hidden_layers).filter(|&i| config.layer_types[i] == LayerType::SelfAttn).collect()
 }
 
 #[test]

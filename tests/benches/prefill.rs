@@ -59,7 +59,7 @@ impl Stack {
         config.vocab_size = 1024;
         let kinds = |kind: LayerType| config.layer_types.iter().filter(|&&t| t == kind).count();
         assert_eq!(
-            (kinds(LayerType::LinearAttention), kinds(LayerType::FullAttention)),
+            (kinds(LayerType::LinearAttn), kinds(LayerType::SelfAttn)),
             (self.layers.len() - 1, 1),
             "{}",
             self.name

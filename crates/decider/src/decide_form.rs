@@ -17,11 +17,10 @@ use crate::python_json::Json;
 use crate::answer::{argmax, py_round, rounded_by};
 use crate::engine::Decider;
 use crate::error::DeciderError;
-use crate::prompt::neutralize;
-use crate::prompt::{Row, RowQuestion, context_ids, row, strings_heap_bytes};
-use crate::prompter::{DECIDE_MAX_CONTEXT_TOKENS, Prompter};
+use crate::prompt::{Row, RowQuestion, neutralize};
+use crate::prompter::Prompter;
 use crate::python_json::{py_repr, py_str, py_type_name};
-use crate::question::AnswerType;
+use crate::question::{AnswerType, strings_heap_bytes};
 use crate::tokenizer::MAX_OPTIONS;
 
 const FORM: &str = "schema: a map {question: field}, each field one of {\"type\": \"choice\", \"options\": [option strings]}, {\"type\": \"bool\"} or {\"type\": \"scale\", \"legend\": [descriptions] or {level number: description}}";
@@ -228,8 +227,7 @@ impl Prompter {
                 (q.clone(), f.shown.clone(), kind)
             })
             .collect();
-        let context = context_ids(&self.tokenizer, context, DECIDE_MAX_CONTEXT_TOKENS);
-        Ok(DecidePlan { row: Some(row(&self.tokenizer, &context, &questions)), fields })
+        Ok(DecidePlan { row: Some(self.context_row(context, &questions)), fields })
     }
 }
 

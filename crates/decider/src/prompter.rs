@@ -85,7 +85,13 @@ impl Prompter {
                 (q.question.clone(), shown, AnswerType::Choice)
             })
             .collect();
-        Ok(row(&self.tokenizer, &context_ids(&self.tokenizer, context, DECIDE_MAX_CONTEXT_TOKENS), &row_questions))
+        Ok(self.context_row(context, &row_questions))
+    }
+
+    /// The one row of `Decider.decide` and of the `/decide` form: `context` capped at
+    /// [`DECIDE_MAX_CONTEXT_TOKENS`], then every question packed after it.
+    pub(crate) fn context_row(&self, context: &str, questions: &[RowQuestion]) -> Row {
+        row(&self.tokenizer, &context_ids(&self.tokenizer, context, DECIDE_MAX_CONTEXT_TOKENS), questions)
     }
 
     /// The temperature of every slot of `rows`, in row order.

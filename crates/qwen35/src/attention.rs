@@ -7,10 +7,11 @@ use burn::tensor::{Bool, Int, Tensor, backend::Backend};
 use decider_ops::{Gating, reshape, sigmoid};
 
 use crate::cache::{KvBlock, KvCache};
-use crate::format::{FormatOps, ProjectionInput, WeightFormat};
+use crate::format::ProjectionInput;
 use crate::norm::{RmsNorm, RmsNormConfig};
 use crate::projection::{Projection, ProjectionConfig, ProjectionOps};
 use crate::rope::RotaryEmbedding;
+use crate::weight_format::{FormatOps, WeightFormat};
 
 #[derive(Config, Debug)]
 pub struct GatedAttentionConfig {
@@ -97,6 +98,22 @@ impl<B: ProjectionOps + Gating> GatedAttention<B> {
             .permute([1, 3, 0, 2, 4])
             .reshape([batch, len, heads * hd]);
         (self.o_proj.forward(out * sigmoid(gate)), cache)
+    }
+}
+
+impl<B: Backend> GatedAttention<B> {
+    /// f32 values [`Self::forward`] keeps alive at once per token row, beside the scores of one
+    /// key block (`crate::memory` counts those per head): the query and gate projected, the query
+    /// normed, rotated and scaled, the output permuted and gated (9 of the query width); the keys
+    /// and values projected, normed and rotated (4 of the key width).
+    pub fn working_values(&self) -> usize {
+        let (query, key) = (self.num_attention_heads * self.head_dim, self.num_key_value_heads * self.head_dim);
+        9 * query + 4 * key
+    }
+
+    /// f32 values each token adds to this layer's cache: its key and value in every KV head.
+    pub fn cache_values_per_token(&self) -> usize {
+        2 * self.num_key_value_heads * self.head_dim
     }
 }
 

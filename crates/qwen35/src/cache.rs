@@ -51,11 +51,11 @@ pub struct DeltaNetState<B: Backend> {
     pub recurrent: Tensor<B, 4>,
 }
 
-/// The state of one decoder layer.
+/// The state of one decoder layer, by its mixer (named as [`crate::decoder::TokenMixer`]).
 #[derive(Debug, Clone)]
 pub enum LayerState<B: Backend> {
-    Attention(KvCache<B>),
-    DeltaNet(DeltaNetState<B>),
+    LinearAttn(DeltaNetState<B>),
+    SelfAttn(KvCache<B>),
 }
 
 /// The state of every layer after the tokens seen so far.
@@ -89,8 +89,8 @@ impl<B: Backend> ModelCache<B> {
             .iter()
             .map(|layer| {
                 layer.as_ref().map(|state| match state {
-                    LayerState::Attention(kv) => LayerState::Attention(kv.repeat_batch(n)),
-                    LayerState::DeltaNet(dn) => LayerState::DeltaNet(DeltaNetState {
+                    LayerState::SelfAttn(kv) => LayerState::SelfAttn(kv.repeat_batch(n)),
+                    LayerState::LinearAttn(dn) => LayerState::LinearAttn(DeltaNetState {
                         conv: dn.conv.clone().repeat_dim(0, n),
                         recurrent: dn.recurrent.clone().repeat_dim(0, n),
                     }),

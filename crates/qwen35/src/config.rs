@@ -12,14 +12,16 @@ use serde_json::Value;
 
 use crate::error::ConfigError;
 
-/// The mixer of one decoder layer.
+/// The mixer of one decoder layer: `config.json`'s `layer_types` entry, the variant named as the
+/// checkpoint's module (and as [`crate::decoder::TokenMixer`] and [`crate::cache::LayerState`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
 pub enum LayerType {
     /// Gated DeltaNet (`linear_attn`).
-    LinearAttention,
+    #[serde(rename = "linear_attention")]
+    LinearAttn,
     /// Gated full attention (`self_attn`).
-    FullAttention,
+    #[serde(rename = "full_attention")]
+    SelfAttn,
 }
 
 /// The feed-forward of every layer: the one thing that tells Qwen3.5 from Qwen3.5-MoE.
@@ -188,7 +190,7 @@ impl Qwen35Config {
         for (field, value, max) in sizes {
             check_size(field, value, max)?;
         }
-        if self.num_attention_heads % self.num_key_value_heads != 0 {
+        if !self.num_attention_heads.is_multiple_of(self.num_key_value_heads) {
             return Err(ConfigError::Field {
                 field_path: "num_attention_heads".into(),
                 message: format!(
@@ -197,7 +199,7 @@ impl Qwen35Config {
                 ),
             });
         }
-        if self.linear_num_value_heads % self.linear_num_key_heads != 0 {
+        if !self.linear_num_value_heads.is_multiple_of(self.linear_num_key_heads) {
             return Err(ConfigError::Field {
                 field_path: "linear_num_value_heads".into(),
                 message: format!(
@@ -207,7 +209,7 @@ impl Qwen35Config {
             });
         }
         let rotary = self.rotary_dim();
-        if rotary == 0 || rotary % 2 != 0 || rotary > self.head_dim {
+        if rotary == 0 || !rotary.is_multiple_of(2) || rotary > self.head_dim {
             return Err(ConfigError::Field {
                 field_path: "partial_rotary_factor".into(),
                 message: format!(
@@ -216,12 +218,14 @@ impl Qwen35Config {
                 ),
             });
         }
+        #[allow(clippy::neg_cmp_op_on_partial_ord, reason = "a NaN must fail the check too")]
         if !(self.rope_theta > 0.0) {
             return Err(ConfigError::Field {
                 field_path: "rope_theta".into(),
                 message: format!("{} must be positive", self.rope_theta),
             });
         }
+        #[allow(clippy::neg_cmp_op_on_partial_ord, reason = "a NaN must fail the check too")]
         if !(self.rms_norm_eps >= 0.0) {
             return Err(ConfigError::Field {
                 field_path: "rms_norm_eps".into(),
@@ -287,29 +291,84 @@ fn check_size(field: &str, value: usize, max: usize) -> Result<(), ConfigError> 
     Err(ConfigError::Field { field_path: field.into(), message })
 }
 
+/// The value a field of `config.json` takes when absent: transformers 5.23.0's class defaults
+/// (`Qwen3_5TextConfig`, `Qwen3_5MoeTextConfig`), one row per field, in one place.
+struct ClassDefaults {
+    vocab_size: usize,
+    hidden_size: usize,
+    num_hidden_layers: usize,
+    full_attention_interval: usize,
+    num_attention_heads: usize,
+    num_key_value_heads: usize,
+    head_dim: usize,
+    rms_norm_eps: f64,
+    tie_word_embeddings: bool,
+    rope_theta: f64,
+    partial_rotary_factor: f64,
+    linear_conv_kernel_dim: usize,
+    linear_key_head_dim: usize,
+    linear_value_head_dim: usize,
+    linear_num_key_heads: usize,
+    linear_num_value_heads: usize,
+    /// Read for a dense model only.
+    intermediate_size: usize,
+    /// This field and the three below are read for an MoE model only.
+    num_experts: usize,
+    num_experts_per_tok: usize,
+    moe_intermediate_size: usize,
+    shared_expert_intermediate_size: usize,
+}
+
+/// `Qwen3_5TextConfig`'s defaults.
+const DENSE_DEFAULTS: ClassDefaults = ClassDefaults {
+    vocab_size: 248_320,
+    hidden_size: 4096,
+    num_hidden_layers: 32,
+    full_attention_interval: 4,
+    num_attention_heads: 16,
+    num_key_value_heads: 4,
+    head_dim: 256,
+    rms_norm_eps: 1e-6,
+    tie_word_embeddings: false,
+    rope_theta: 10_000.0,
+    partial_rotary_factor: 0.25,
+    linear_conv_kernel_dim: 4,
+    linear_key_head_dim: 128,
+    linear_value_head_dim: 128,
+    linear_num_key_heads: 16,
+    linear_num_value_heads: 32,
+    intermediate_size: 12_288,
+    num_experts: 256,
+    num_experts_per_tok: 8,
+    moe_intermediate_size: 512,
+    shared_expert_intermediate_size: 512,
+};
+
+/// `Qwen3_5MoeTextConfig`'s defaults: the dense ones but for these four.
+const MOE_DEFAULTS: ClassDefaults =
+    ClassDefaults { hidden_size: 2048, num_hidden_layers: 40, num_key_value_heads: 2, ..DENSE_DEFAULTS };
+
 impl RawTextConfig {
     fn resolve(self, is_moe: bool, composite_tie: Option<bool>) -> Result<Qwen35Config, ConfigError> {
-        let num_hidden_layers = self.num_hidden_layers.unwrap_or(if is_moe { 40 } else { 32 });
+        let defaults = if is_moe { &MOE_DEFAULTS } else { &DENSE_DEFAULTS };
+        let num_hidden_layers = self.num_hidden_layers.unwrap_or(defaults.num_hidden_layers);
         // Bounded before `layer_types` is built from it.
         check_size("num_hidden_layers", num_hidden_layers, MAX_LAYERS)?;
-        let layer_types =
-            match self.layer_types {
-                Some(types) => types,
-                None => {
-                    let interval = self.full_attention_interval.unwrap_or(4);
-                    if interval == 0 {
-                        return Err(ConfigError::Field {
-                            field_path: "full_attention_interval".into(),
-                            message: "must be positive".into(),
-                        });
-                    }
-                    (0..num_hidden_layers)
-                        .map(|i| {
-                            if (i + 1) % interval == 0 { LayerType::FullAttention } else { LayerType::LinearAttention }
-                        })
-                        .collect()
+        let layer_types = match self.layer_types {
+            Some(types) => types,
+            None => {
+                let interval = self.full_attention_interval.unwrap_or(defaults.full_attention_interval);
+                if interval == 0 {
+                    return Err(ConfigError::Field {
+                        field_path: "full_attention_interval".into(),
+                        message: "must be positive".into(),
+                    });
                 }
-            };
+                (0..num_hidden_layers)
+                    .map(|i| if (i + 1) % interval == 0 { LayerType::SelfAttn } else { LayerType::LinearAttn })
+                    .collect()
+            }
+        };
         let rope = self.rope_parameters;
         if let Some(kind) = rope.as_ref().and_then(|r| r.rope_type.as_deref()) {
             // Text-only input makes M-RoPE plain RoPE; scaled variants are not implemented.
@@ -320,34 +379,42 @@ impl RawTextConfig {
                 });
             }
         }
-        let rope_theta = rope.as_ref().and_then(|r| r.rope_theta).or(self.rope_theta).unwrap_or(10_000.0);
-        let partial_rotary_factor =
-            rope.as_ref().and_then(|r| r.partial_rotary_factor).or(self.partial_rotary_factor).unwrap_or(0.25);
+        let rope_theta = rope.as_ref().and_then(|r| r.rope_theta).or(self.rope_theta).unwrap_or(defaults.rope_theta);
+        let partial_rotary_factor = rope
+            .as_ref()
+            .and_then(|r| r.partial_rotary_factor)
+            .or(self.partial_rotary_factor)
+            .unwrap_or(defaults.partial_rotary_factor);
         let feed_forward = match is_moe {
             true => FeedForwardType::Moe(MoeConfig {
-                num_experts: self.num_experts.unwrap_or(256),
-                num_experts_per_tok: self.num_experts_per_tok.unwrap_or(8),
-                moe_intermediate_size: self.moe_intermediate_size.unwrap_or(512),
-                shared_expert_intermediate_size: self.shared_expert_intermediate_size.unwrap_or(512),
+                num_experts: self.num_experts.unwrap_or(defaults.num_experts),
+                num_experts_per_tok: self.num_experts_per_tok.unwrap_or(defaults.num_experts_per_tok),
+                moe_intermediate_size: self.moe_intermediate_size.unwrap_or(defaults.moe_intermediate_size),
+                shared_expert_intermediate_size: self
+                    .shared_expert_intermediate_size
+                    .unwrap_or(defaults.shared_expert_intermediate_size),
             }),
-            false => FeedForwardType::Dense { intermediate_size: self.intermediate_size.unwrap_or(12_288) },
+            false => FeedForwardType::Dense {
+                intermediate_size: self.intermediate_size.unwrap_or(defaults.intermediate_size),
+            },
         };
         Ok(Qwen35Config {
-            vocab_size: self.vocab_size.unwrap_or(248_320),
-            hidden_size: self.hidden_size.unwrap_or(if is_moe { 2048 } else { 4096 }),
+            vocab_size: self.vocab_size.unwrap_or(defaults.vocab_size),
+            hidden_size: self.hidden_size.unwrap_or(defaults.hidden_size),
             num_hidden_layers,
-            num_attention_heads: self.num_attention_heads.unwrap_or(16),
-            num_key_value_heads: self.num_key_value_heads.unwrap_or(if is_moe { 2 } else { 4 }),
-            head_dim: self.head_dim.unwrap_or(256),
-            rms_norm_eps: self.rms_norm_eps.unwrap_or(1e-6),
-            tie_word_embeddings: composite_tie.unwrap_or(self.tie_word_embeddings.unwrap_or(false)),
+            num_attention_heads: self.num_attention_heads.unwrap_or(defaults.num_attention_heads),
+            num_key_value_heads: self.num_key_value_heads.unwrap_or(defaults.num_key_value_heads),
+            head_dim: self.head_dim.unwrap_or(defaults.head_dim),
+            rms_norm_eps: self.rms_norm_eps.unwrap_or(defaults.rms_norm_eps),
+            tie_word_embeddings: composite_tie
+                .unwrap_or(self.tie_word_embeddings.unwrap_or(defaults.tie_word_embeddings)),
             rope_theta,
             partial_rotary_factor,
-            linear_conv_kernel_dim: self.linear_conv_kernel_dim.unwrap_or(4),
-            linear_key_head_dim: self.linear_key_head_dim.unwrap_or(128),
-            linear_value_head_dim: self.linear_value_head_dim.unwrap_or(128),
-            linear_num_key_heads: self.linear_num_key_heads.unwrap_or(16),
-            linear_num_value_heads: self.linear_num_value_heads.unwrap_or(32),
+            linear_conv_kernel_dim: self.linear_conv_kernel_dim.unwrap_or(defaults.linear_conv_kernel_dim),
+            linear_key_head_dim: self.linear_key_head_dim.unwrap_or(defaults.linear_key_head_dim),
+            linear_value_head_dim: self.linear_value_head_dim.unwrap_or(defaults.linear_value_head_dim),
+            linear_num_key_heads: self.linear_num_key_heads.unwrap_or(defaults.linear_num_key_heads),
+            linear_num_value_heads: self.linear_num_value_heads.unwrap_or(defaults.linear_num_value_heads),
             layer_types,
             feed_forward,
         })

@@ -2,7 +2,7 @@
 //! gated attention) and a feed-forward (dense SwiGLU or sparse MoE).
 
 use crate::Qwen35Ops;
-use crate::format::FormatOps;
+use crate::weight_format::FormatOps;
 use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{Tensor, backend::Backend};
@@ -58,6 +58,7 @@ impl DecoderLayerConfig {
 
 /// The mixer of a layer, named like the checkpoint's module.
 #[derive(Module, Debug)]
+#[allow(clippy::large_enum_variant, reason = "one a layer, built once; a box would add a hop to every call")]
 pub enum TokenMixer<B: Backend> {
     /// `linear_attn`.
     LinearAttn(GatedDeltaNet<B>),
@@ -67,6 +68,7 @@ pub enum TokenMixer<B: Backend> {
 
 /// The feed-forward of a layer (`mlp` in the checkpoint).
 #[derive(Module, Debug)]
+#[allow(clippy::large_enum_variant, reason = "one a layer, built once; a box would add a hop to every call")]
 pub enum FeedForward<B: Backend> {
     Dense(Mlp<B>),
     Sparse(SparseMoe<B>),
@@ -105,19 +107,19 @@ impl<B: Qwen35Ops> DecoderLayer<B> {
         let (mixer, state) = match &self.mixer {
             TokenMixer::LinearAttn(delta_net) => {
                 let past = match past {
-                    Some(LayerState::DeltaNet(state)) => Some(state),
+                    Some(LayerState::LinearAttn(state)) => Some(state),
                     _ => None,
                 };
                 let (out, state) = delta_net.forward(x, past);
-                (out, LayerState::DeltaNet(state))
+                (out, LayerState::LinearAttn(state))
             }
             TokenMixer::SelfAttn(attention) => {
                 let past = match past {
-                    Some(LayerState::Attention(cache)) => Some(cache),
+                    Some(LayerState::SelfAttn(cache)) => Some(cache),
                     _ => None,
                 };
                 let (out, cache) = attention.forward(x, past, call.rope, &call.cos, &call.sin, call.key_block);
-                (out, LayerState::Attention(cache))
+                (out, LayerState::SelfAttn(cache))
             }
         };
         let hidden = hidden + mixer.clone();

@@ -9,9 +9,10 @@ use decider_ops::{CausalConv1d, Gating, causal_conv1d, reshape, sigmoid};
 
 use crate::cache::DeltaNetState;
 use crate::delta_rule::{gated_delta_rule, recurrent_gated_delta_rule};
-use crate::format::{FormatOps, ProjectionInput, WeightFormat};
+use crate::format::ProjectionInput;
 use crate::norm::{GatedRmsNorm, RmsNormConfig};
 use crate::projection::{Projection, ProjectionConfig, ProjectionOps, linear};
+use crate::weight_format::{FormatOps, WeightFormat};
 
 #[derive(Config, Debug)]
 pub struct GatedDeltaNetConfig {
@@ -127,6 +128,31 @@ impl<B: GatedDeltaRule + CausalConv1d + ProjectionOps + Gating> GatedDeltaNet<B>
         };
         let out = reshape(self.norm.forward(out, z), [batch, len, hv * dv]);
         (self.out_proj.forward(out), DeltaNetState { conv: conv_state, recurrent })
+    }
+
+    /// f32 values [`Self::forward`] keeps alive at once per token row: the projected `[q | k |
+    /// v]`, its convolution and the split heads, and what the backend's conv and delta rule keep
+    /// beside them ([`CausalConv1d::causal_conv1d_workspace`],
+    /// [`GatedDeltaRule::gated_delta_rule_workspace`]); the gate z, the output and its norm (5 of
+    /// the value width); beta and the decay (6 a value head).
+    pub fn working_values(&self) -> usize {
+        let conv = (3 + B::causal_conv1d_workspace()) * self.conv_dim();
+        let scan = B::gated_delta_rule_workspace(self.num_value_heads, self.key_head_dim, self.value_head_dim);
+        conv + scan + 5 * self.num_value_heads * self.value_head_dim + 6 * self.num_value_heads
+    }
+}
+
+impl<B: Backend> GatedDeltaNet<B> {
+    /// Channels of the causal conv, `[q | k | v]`.
+    fn conv_dim(&self) -> usize {
+        self.conv1d.lazy_shape().dims::<2>()[0]
+    }
+
+    /// f32 values of one row's state ([`DeltaNetState`]): the delta-rule state `S` and the conv's
+    /// last `K - 1` inputs.
+    pub fn state_values_per_row(&self) -> usize {
+        let [conv, kernel] = self.conv1d.lazy_shape().dims::<2>();
+        self.num_value_heads * self.key_head_dim * self.value_head_dim + conv * (kernel - 1)
     }
 }
 

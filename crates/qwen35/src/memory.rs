@@ -5,8 +5,8 @@
 //! A call ([`Qwen35Model::hidden_states`]) holds three things at its peak: the cache it adds
 //! (keys and values of its tokens, the recurrent states of its rows), its output, and the
 //! largest working set of one layer on one segment ([`PrefillBlocks`]), attention's scores of
-//! one key block included. The widths below count the f32 values each layer keeps alive per
-//! token row at once, read off its `forward`; `tests/working_memory.rs`
+//! one key block included. Each layer counts the f32 values it keeps alive per token row at once
+//! beside its own `forward` (`working_values`); this file only composes them. `tests/working_memory.rs`
 //! checks the bound against the bytes really allocated, at several widths and shapes.
 
 use burn::module::{Module, ModuleVisitor, Param};
@@ -14,8 +14,8 @@ use burn::tensor::{Int, Tensor};
 
 use crate::Qwen35Ops;
 use crate::decoder::{DecoderLayer, FeedForward, TokenMixer};
-use crate::format::FormatOps;
 use crate::model::{PrefillBlocks, Qwen35Model};
+use crate::weight_format::FormatOps;
 use crate::weights::{Stored, stored};
 use decider_ops::BlockInts;
 
@@ -41,17 +41,14 @@ pub struct CallMemory {
 }
 
 impl<B: Qwen35Ops> Qwen35Model<B> {
-    /// What sets the memory of this model's calls.
+    /// What sets the memory of this model's calls: each layer's own count, composed.
     pub fn call_memory(&self) -> CallMemory {
         let [_, hidden] = self.embed_tokens.dims();
         let (mut cache_per_token, mut state_per_row) = (0, 0);
         for layer in &self.layers {
             match &layer.mixer {
-                TokenMixer::SelfAttn(a) => cache_per_token += 2 * a.num_key_value_heads * a.head_dim,
-                TokenMixer::LinearAttn(d) => {
-                    let [conv, kernel] = d.conv1d.lazy_shape().dims::<2>();
-                    state_per_row += d.num_value_heads * d.key_head_dim * d.value_head_dim + conv * (kernel - 1);
-                }
+                TokenMixer::SelfAttn(attention) => cache_per_token += attention.cache_values_per_token(),
+                TokenMixer::LinearAttn(delta_net) => state_per_row += delta_net.state_values_per_row(),
             }
         }
         let layers = self.layers.iter().map(|layer| layer_widths(layer, hidden)).collect();
@@ -100,43 +97,19 @@ impl<B: FormatOps> Qwen35Model<B> {
     }
 }
 
-/// The f32 values `layer` keeps alive at once per token row, and its attention heads (0 for a
-/// DeltaNet layer).
+/// The f32 values `layer` keeps alive at once per token row (the residual stream, the normed
+/// input, both blocks' outputs and their sums, beside the larger of its two blocks' own), and its
+/// attention heads (0 for a DeltaNet layer).
 fn layer_widths<B: Qwen35Ops>(layer: &DecoderLayer<B>, hidden: usize) -> (usize, usize) {
-    // The residual stream, the normed input, both blocks' outputs and their sums.
-    let residual = 6 * hidden;
     let (mixer, heads) = match &layer.mixer {
-        TokenMixer::SelfAttn(a) => {
-            let (q, kv) = (a.num_attention_heads * a.head_dim, a.num_key_value_heads * a.head_dim);
-            // Query and gate projected, the query normed, rotated and scaled, the output permuted
-            // and gated; keys and values normed and rotated.
-            (9 * q + 4 * kv, a.num_attention_heads)
-        }
-        TokenMixer::LinearAttn(d) => {
-            let conv = d.conv1d.lazy_shape().dims::<2>()[0];
-            let value = d.num_value_heads * d.value_head_dim;
-            // The projected `[q | k | v]`, its convolution and the split heads, and what the
-            // backend's conv and delta rule keep beside them; the gate z, the output and its
-            // norm; beta and the decay.
-            let conv = (3 + B::causal_conv1d_workspace()) * conv;
-            let scan = B::gated_delta_rule_workspace(d.num_value_heads, d.key_head_dim, d.value_head_dim);
-            (conv + scan + 5 * value + 6 * d.num_value_heads, 0)
-        }
+        TokenMixer::SelfAttn(attention) => (attention.working_values(), attention.num_attention_heads),
+        TokenMixer::LinearAttn(delta_net) => (delta_net.working_values(), 0),
     };
     let feed_forward = match &layer.mlp {
-        // Gate, up, their activation and product.
-        FeedForward::Dense(mlp) => 4 * mlp.gate_proj.dims()[1],
-        FeedForward::Sparse(moe) => {
-            let experts = moe.gate.weight.lazy_shape().dims::<2>()[1];
-            let (_, width) = moe.experts.dims();
-            let k = moe.num_experts_per_tok;
-            // Router logits and probabilities; each token's k rows gathered, their outputs,
-            // joined and weighted; one expert's SwiGLU (on every token at worst); the shared
-            // expert; the scattered sum.
-            2 * experts + 4 * k * hidden + 3 * width + 4 * moe.shared_expert.gate_proj.dims()[1] + 2 * hidden
-        }
+        FeedForward::Dense(mlp) => mlp.working_values(),
+        FeedForward::Sparse(moe) => moe.working_values(),
     };
-    (residual + mixer.max(feed_forward), heads)
+    (6 * hidden + mixer.max(feed_forward), heads)
 }
 
 impl CallMemory {

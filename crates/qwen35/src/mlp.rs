@@ -6,8 +6,9 @@ use burn::module::Module;
 use burn::tensor::{Tensor, backend::Backend};
 use decider_ops::{Gating, silu};
 
-use crate::format::{FormatOps, ProjectionInput, WeightFormat};
+use crate::format::ProjectionInput;
 use crate::projection::{Projection, ProjectionConfig};
+use crate::weight_format::{FormatOps, WeightFormat};
 
 #[derive(Config, Debug)]
 pub struct MlpConfig {
@@ -40,5 +41,13 @@ impl<B: ProjectionOps + Gating> Mlp<B> {
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         let gate = silu(self.gate_proj.forward(x.clone()));
         self.down_proj.forward(gate * self.up_proj.forward(x))
+    }
+}
+
+impl<B: FormatOps> Mlp<B> {
+    /// f32 values [`Self::forward`] keeps alive at once per token row: the gate and up
+    /// projections, the gate's activation and the product (4 of the SwiGLU width).
+    pub fn working_values(&self) -> usize {
+        4 * self.gate_proj.dims()[1]
     }
 }

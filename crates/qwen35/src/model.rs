@@ -9,12 +9,12 @@ use crate::cache::ModelCache;
 use crate::config::{FeedForwardType, LayerType, Qwen35Config};
 use crate::decoder::{CallInputs, DecoderLayer, DecoderLayerConfig, FeedForwardConfig, TokenMixerConfig};
 use crate::delta_net::GatedDeltaNetConfig;
-use crate::format::{FormatOps, WeightFormat};
 use crate::mlp::MlpConfig;
 use crate::moe::SparseMoeConfig;
 use crate::norm::{RmsNorm, RmsNormConfig};
 use crate::rope::RotaryEmbedding;
 use crate::token_table::{TokenTable, TokenTableConfig};
+use crate::weight_format::{FormatOps, WeightFormat};
 
 #[derive(Module, Debug)]
 pub struct Qwen35Model<B: Backend> {
@@ -25,8 +25,9 @@ pub struct Qwen35Model<B: Backend> {
     pub norm: RmsNorm<B>,
     /// `[vocab, hidden]`; `None` when the embeddings are tied (the head is `embed_tokens`).
     pub lm_head: Option<TokenTable<B>>,
-    pub rotary_dim: usize,
-    pub rope_theta: f64,
+    /// The rotary frequencies, computed once (the tables of a call's positions are made per call).
+    #[module(skip)]
+    pub rope: RotaryEmbedding,
     /// How a long call is split to keep its working memory bounded.
     #[module(skip)]
     pub blocks: PrefillBlocks,
@@ -79,7 +80,7 @@ impl Qwen35Config {
     pub fn layer_config(&self, index: usize, weights: WeightFormat) -> DecoderLayerConfig {
         let h = self.hidden_size;
         let mixer = match self.layer_types[index] {
-            LayerType::LinearAttention => TokenMixerConfig::LinearAttn(
+            LayerType::LinearAttn => TokenMixerConfig::LinearAttn(
                 GatedDeltaNetConfig::new(
                     h,
                     self.linear_num_key_heads,
@@ -91,7 +92,7 @@ impl Qwen35Config {
                 .with_rms_norm_eps(self.rms_norm_eps)
                 .with_weights(weights),
             ),
-            LayerType::FullAttention => TokenMixerConfig::SelfAttn(
+            LayerType::SelfAttn => TokenMixerConfig::SelfAttn(
                 GatedAttentionConfig::new(h, self.num_attention_heads, self.num_key_value_heads, self.head_dim)
                     .with_rms_norm_eps(self.rms_norm_eps)
                     .with_weights(weights),
@@ -131,8 +132,7 @@ impl Qwen35Config {
             layers: (0..self.num_hidden_layers).map(|i| self.layer_config(i, weights).init(device)).collect(),
             norm: RmsNormConfig::new(h).with_eps(self.rms_norm_eps).init(device),
             lm_head: (!self.tie_word_embeddings).then(|| table.init(device)),
-            rotary_dim: self.rotary_dim(),
-            rope_theta: self.rope_theta,
+            rope: RotaryEmbedding::new(self.rotary_dim(), self.rope_theta),
             blocks: PrefillBlocks::default(),
         }
     }
@@ -226,9 +226,8 @@ impl<B: Qwen35Ops> Qwen35Model<B> {
     ) -> Tensor<B, 3> {
         let [_, len, _] = embeddings.dims();
         let mut hidden = embeddings;
-        let rope = RotaryEmbedding::new(self.rotary_dim, self.rope_theta);
-        let (cos, sin) = rope.tables(cache.seq_len, len, &hidden.device());
-        let call = CallInputs { rope: &rope, cos, sin, key_block: self.blocks.key_block };
+        let (cos, sin) = self.rope.tables(cache.seq_len, len, &hidden.device());
+        let call = CallInputs { rope: &self.rope, cos, sin, key_block: self.blocks.key_block };
         for (index, layer) in self.layers.iter().enumerate() {
             let out = layer.forward(hidden, cache.layers[index].as_ref(), &call);
             cache.layers[index] = Some(out.state);

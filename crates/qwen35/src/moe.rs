@@ -11,8 +11,9 @@ use decider_ops::{Gating, reshape, sigmoid, silu};
 
 use crate::projection::{ProjectionOps, linear};
 
-use crate::format::{FormatOps, HalfWeight, ProjectionInput, Q4Weight, Q8Weight, WeightFormat};
+use crate::format::{HalfWeight, ProjectionInput, Q4Weight, Q8Weight};
 use crate::mlp::{Mlp, MlpConfig};
+use crate::weight_format::{FormatOps, WeightFormat};
 
 #[derive(Config, Debug)]
 pub struct SparseMoeConfig {
@@ -168,6 +169,22 @@ impl<B: ExpertCount + ProjectionOps + Gating> SparseMoe<B> {
         let h = silu(h.clone().narrow(1, 0, intermediate)) * h.narrow(1, intermediate, intermediate);
         let expert_out = self.experts.down(h, counts) * pair_weights;
         Tensor::zeros([n, hidden], &device).select_assign(0, token_of_pair, expert_out, IndexingUpdateOp::Add)
+    }
+}
+
+impl<B: FormatOps> SparseMoe<B> {
+    /// f32 values [`Self::forward`] keeps alive at once per token row: the router's logits and
+    /// probabilities (2 an expert); each token's k rows gathered, their outputs, joined and
+    /// weighted (4 k of the hidden width); one expert's SwiGLU, on every token at worst (3 of its
+    /// width); the shared expert; the scattered sum (2 of the hidden width).
+    pub fn working_values(&self) -> usize {
+        let [hidden, experts] = self.gate.weight.lazy_shape().dims::<2>();
+        let (_, width) = self.experts.dims();
+        2 * experts
+            + 4 * self.num_experts_per_tok * hidden
+            + 3 * width
+            + self.shared_expert.working_values()
+            + 2 * hidden
     }
 }
 
