@@ -3,7 +3,7 @@
 //! replaced by any JSON loads or fails with an error; it never panics or aborts.
 //!
 //! `PROPTEST_CASES` sets the cases per property (256 by default); a longer run:
-//! `PROPTEST_CASES=20000 cargo test -p integration-tests --test fuzz_checkpoint --release`.
+//! `PROPTEST_CASES=20000 cargo test -p integration-tests --test integration --release -- fuzz_checkpoint::`.
 
 use std::sync::LazyLock;
 

@@ -4,7 +4,7 @@
 //! refusal is a question error (422 on the wire), and every plan is one the model can run.
 //!
 //! `PROPTEST_CASES` sets the cases per property (256 by default in CI); a longer run:
-//! `PROPTEST_CASES=100000 cargo test -p integration-tests --test fuzz_prompts --release`.
+//! `PROPTEST_CASES=100000 cargo test -p integration-tests --test integration --release -- fuzz_prompts::`.
 
 use std::sync::LazyLock;
 

@@ -1,12 +1,13 @@
 //! Logits and every layer's output equal transformers 5.23.0 on the random-weight reference
-//! models (real head dims, small widths), for both models, both checkpoint layouts and every run,
-//! on every backend compiled in (backend parity: each is held to the same reference).
+//! models (real head dims, small widths), for both models and every run, on every backend compiled
+//! in (backend parity: each is held to the same reference); both checkpoint layouts on ndarray, the
+//! released one on the others (both with `DECIDER_LONG_TESTS=1`, `integration_tests::layouts_on`).
 //! Tolerance: `1e-4 * max(1, max |reference|)` per tensor. Each run is checked twice: as one
 //! segment and one key block (the default sizes exceed every run), and split into segments of 64
 //! tokens and key blocks of 48, so the segmented prefill and the online softmax meet the
 //! reference at every boundary (len130: three segments, past and own blocks cut mid-block).
 
-use integration_tests::{LAYOUTS, MODELS, RUNS, Reference, assert_close, fixture_path};
+use integration_tests::{MODELS, RUNS, Reference, assert_close, fixture_path, layouts_on};
 use qwen35::{PrefillBlocks, Qwen35Ops};
 
 const TOLERANCE: f32 = 1e-4;
@@ -64,23 +65,17 @@ macro_rules! backend_parity {
             const NAME: &str = stringify!($name);
 
             #[test]
-            fn dense_save_pretrained_matches_transformers() {
-                check::<B>(NAME, MODELS[0], LAYOUTS[0]);
+            fn dense_matches_transformers() {
+                for layout in layouts_on(NAME) {
+                    check::<B>(NAME, MODELS[0], layout);
+                }
             }
 
             #[test]
-            fn dense_hf_layout_matches_transformers() {
-                check::<B>(NAME, MODELS[0], LAYOUTS[1]);
-            }
-
-            #[test]
-            fn moe_save_pretrained_matches_transformers() {
-                check::<B>(NAME, MODELS[1], LAYOUTS[0]);
-            }
-
-            #[test]
-            fn moe_hf_layout_matches_transformers() {
-                check::<B>(NAME, MODELS[1], LAYOUTS[1]);
+            fn moe_matches_transformers() {
+                for layout in layouts_on(NAME) {
+                    check::<B>(NAME, MODELS[1], layout);
+                }
             }
         }
     };

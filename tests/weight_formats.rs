@@ -24,7 +24,7 @@ use decider_ops::{
     ActivationBits, BlockInts, Half, Q4_BLOCK, Q8_BLOCK, block_scales, dequantize_q4, dequantize_q8, grouped_matmul,
     holds_half_floats, q4_values, q8_values, quantize_q4, quantize_q8, reference, round_activations,
 };
-use integration_tests::{LAYOUTS, MODELS, fixture_copy, fixture_path, relative_check, rewrite_tensors};
+use integration_tests::{MODELS, fixture_copy, fixture_path, layouts_on, relative_check, rewrite_tensors};
 use qwen35::checkpoint::Checkpoint;
 use qwen35::decoder::{FeedForward, TokenMixer};
 use qwen35::format::{Q4Weight, Q8Weight};
@@ -58,7 +58,7 @@ fn round_tensor(
     shape: Vec<usize>,
     data: Vec<u8>,
 ) -> Option<(Dtype, Vec<usize>, Vec<u8>)> {
-    let whole_blocks = shape.len() >= 2 && shape[shape.len() - 1] % Q8_BLOCK == 0;
+    let whole_blocks = shape.len() >= 2 && shape[shape.len() - 1].is_multiple_of(Q8_BLOCK);
     let values: Option<Vec<f32>> = match dtype {
         Dtype::F32 => Some(data.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()),
         Dtype::BF16 => Some(data.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect()),
@@ -103,7 +103,7 @@ fn random_input(rows: usize, width: usize, seed: u64) -> Vec<f32> {
 /// width of partial blocks has no block product (it stays f32) and is kept as it is.
 fn rounded<B: Qwen35Ops>(x: Vec<f32>, width: usize, bits: ActivationBits, device: &B::Device) -> Tensor<B, 2> {
     let rows = x.len() / width;
-    let x = if width % Q8_BLOCK == 0 { round_activations(&x, width, bits) } else { x };
+    let x = if width.is_multiple_of(Q8_BLOCK) { round_activations(&x, width, bits) } else { x };
     Tensor::from_data(TensorData::new(x, [rows, width]), device)
 }
 
@@ -443,9 +443,9 @@ fn check_half_model<B: Qwen35Ops>(model_name: &str, layout: &str, format: Weight
 /// `auto` loads a checkpoint whose matrices are all bf16 (or all f16) in that format where the
 /// backend holds it in 2 bytes a weight, else in f32; one f32 matrix makes it f32 (a 16-bit load
 /// would round it).
-fn check_auto<B: Qwen35Ops>() {
+fn check_auto<B: Qwen35Ops>(layouts: &[&str]) {
     let device = Default::default();
-    for layout in LAYOUTS {
+    for layout in layouts {
         let folder = format!("dense/{layout}");
         // The fixture's matrices are bf16; `retyped` stores them in f16 (its values are within
         // f16's range), or one of them in f32.
@@ -519,7 +519,7 @@ macro_rules! weight_formats {
             #[test]
             fn q8_projections_equal_f32_on_rounded_weights() {
                 for model in MODELS {
-                    for layout in LAYOUTS {
+                    for layout in layouts_on(stringify!($name)) {
                         check_model::<B>(model, layout, WeightFormat::Q8);
                     }
                 }
@@ -528,7 +528,7 @@ macro_rules! weight_formats {
             #[test]
             fn q4_projections_equal_f32_on_rounded_weights() {
                 for model in MODELS {
-                    for layout in LAYOUTS {
+                    for layout in layouts_on(stringify!($name)) {
                         check_model::<B>(model, layout, WeightFormat::Q4);
                     }
                 }
@@ -536,13 +536,13 @@ macro_rules! weight_formats {
 
             #[test]
             fn auto_holds_a_16_bit_checkpoint_in_its_own_type_where_it_takes_2_bytes() {
-                check_auto::<B>();
+                check_auto::<B>(layouts_on(stringify!($name)));
             }
 
             #[test]
             fn half_formats_equal_f32_on_the_same_weights() {
                 for model in MODELS {
-                    for layout in LAYOUTS {
+                    for layout in layouts_on(stringify!($name)) {
                         check_half_model::<B>(model, layout, WeightFormat::Bf16);
                         check_half_model::<B>(model, layout, WeightFormat::F16);
                     }

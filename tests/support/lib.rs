@@ -84,6 +84,22 @@ pub fn rewrite_tensors(
 pub const MODELS: [&str; 2] = ["dense", "moe"];
 /// Their two checkpoint layouts (docs/weights.md).
 pub const LAYOUTS: [&str; 2] = ["save_pretrained", "hf_layout"];
+
+/// Whether the long cases run: `DECIDER_LONG_TESTS=1` (the README's "Test it" names it).
+pub fn long_tests() -> bool {
+    std::env::var_os("DECIDER_LONG_TESTS").is_some_and(|value| value == "1")
+}
+
+/// The checkpoint layouts a suite repeated on every backend loads on `backend`: both on ndarray,
+/// the released one alone on the others unless [`long_tests`]. The layouts differ only in the
+/// names the loader reads, which no backend changes; a model on wgpu's software driver takes
+/// minutes a layout.
+pub fn layouts_on(backend: &str) -> &'static [&'static str] {
+    match backend == "ndarray" || long_tests() {
+        true => &LAYOUTS,
+        false => &LAYOUTS[1..],
+    }
+}
 /// The runs of every reference: single sequences crossing 0, 1 and 2 chunk boundaries, a batch.
 pub const RUNS: [&str; 5] = ["len1", "len7", "len64", "len130", "batch2"];
 

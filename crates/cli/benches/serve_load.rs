@@ -115,7 +115,7 @@ fn children_peak_kib() -> i64 {
         return 0;
     }
     // Linux reports KiB, macOS bytes.
-    let peak = i64::from(usage.ru_maxrss);
+    let peak = usage.ru_maxrss;
     if cfg!(target_os = "macos") { peak / 1024 } else { peak }
 }
 

@@ -134,7 +134,7 @@ fn generated_requests_get_documented_answers_and_the_server_lives_on() {
     let cases = std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(2000);
     // Timeouts short enough that the misbehaving clients' connections close during the run,
     // long enough that a request of the fuzzer, slowed by the model on a loaded machine, is not
-    // cut off mid-body (tests/serve.rs tests the timeouts themselves).
+    // cut off mid-body (tests/cli/serve.rs tests the timeouts themselves).
     let server = Server::start(DECIDER, &["--max-state-tokens", "64", "--header-timeout", "5", "--body-timeout", "20"]);
     // A fresh connection per request: a pooled one the server has closed would fail the next
     // POST on the client's side (ureq does not retry POSTs), which says nothing of the server.

@@ -23,12 +23,11 @@ pub fn returned_distribution(kind: &str, answer: &Value, labels: &[String]) -> O
             Some(map)
         }
         _ => {
-            if kind == "choice" {
-                if let Some(choice) = answer.get("choice") {
-                    if !labels.iter().any(|l| Some(l.as_str()) == choice.as_str()) {
-                        return None;
-                    }
-                }
+            if kind == "choice"
+                && let Some(choice) = answer.get("choice")
+                && !labels.iter().any(|l| Some(l.as_str()) == choice.as_str())
+            {
+                return None;
             }
             answer.get("probabilities")?.as_object().cloned()
         }

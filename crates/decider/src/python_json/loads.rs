@@ -99,7 +99,7 @@ fn utf8(bytes: &[u8]) -> Result<Cow<'_, str>, LoadError> {
 fn units<const N: usize>(bytes: &[u8], big_endian: bool) -> Result<String, LoadError> {
     let name = if N == 2 { "UTF-16" } else { "UTF-32" };
     let invalid = |what: String| LoadError::Other(format!("the body is not valid {name}: {what}"));
-    if bytes.len() % N != 0 {
+    if !bytes.len().is_multiple_of(N) {
         return Err(invalid(format!("{} bytes are not whole {N}-byte units", bytes.len())));
     }
     let unit = |chunk: &[u8]| {
