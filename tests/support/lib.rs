@@ -91,9 +91,9 @@ pub fn long_tests() -> bool {
 }
 
 /// The checkpoint layouts a suite repeated on every backend loads on `backend`: both on ndarray,
-/// the released one alone on the others unless [`long_tests`]. The layouts differ only in the
-/// names the loader reads, which no backend changes; a model on wgpu's software driver takes
-/// minutes a layout.
+/// the released one alone on the others unless [`long_tests`]. The layouts differ only in what the
+/// loader reads on the host (the names, fused or per-expert experts), the same on every backend; a
+/// model on wgpu's software driver takes minutes a layout.
 pub fn layouts_on(backend: &str) -> &'static [&'static str] {
     match backend == "ndarray" || long_tests() {
         true => &LAYOUTS,

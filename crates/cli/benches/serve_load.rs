@@ -115,7 +115,8 @@ fn children_peak_kib() -> i64 {
         return 0;
     }
     // Linux reports KiB, macOS bytes.
-    let peak = usage.ru_maxrss;
+    #[allow(clippy::useless_conversion, reason = "`c_long` is 32 bits on some targets")]
+    let peak = i64::from(usage.ru_maxrss);
     if cfg!(target_os = "macos") { peak / 1024 } else { peak }
 }
 

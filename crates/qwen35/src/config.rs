@@ -344,7 +344,7 @@ const DENSE_DEFAULTS: ClassDefaults = ClassDefaults {
     shared_expert_intermediate_size: 512,
 };
 
-/// `Qwen3_5MoeTextConfig`'s defaults: the dense ones but for these four.
+/// `Qwen3_5MoeTextConfig`'s defaults: the dense ones but for these three.
 const MOE_DEFAULTS: ClassDefaults =
     ClassDefaults { hidden_size: 2048, num_hidden_layers: 40, num_key_value_heads: 2, ..DENSE_DEFAULTS };
 

@@ -10,7 +10,7 @@
 //! names the format ([`crate::checkpoint::FORMAT_KEY`]).
 //! Tensors the model does not read (a vision tower, MTP) are left out. The tensors are read by
 //! the loader itself (`CheckpointFiller::writing_to`), so a quantized folder holds exactly the
-//! blocks a load would make. Writing holds at most a shard ([`crate::shards`]) and one tensor,
+//! blocks a load would make. Writing holds at most a shard (`shards.rs`) and one tensor,
 //! twice (as read, and as the bytes to write).
 
 use std::path::Path;

@@ -59,10 +59,6 @@ impl<B: crate::Q8Matmul, C: CheckpointStrategy> crate::Q8Matmul for Autodiff<B, 
     // whatever order the inner backend's own kernel reads.
 }
 
-/// As [`crate::Q8Matmul`]: the generic form through autodiff's own ops, the weights' packed
-/// bytes kept in Q4_0's order.
-impl<B: crate::Q4Matmul, C: CheckpointStrategy> crate::Q4Matmul for Autodiff<B, C> {}
-
 /// The generic form through autodiff's own ops: the gradient reaches `x`; the weight's bits have
 /// none.
 impl<B: crate::HalfMatmul, C: CheckpointStrategy> crate::HalfMatmul for Autodiff<B, C> {
@@ -71,19 +67,8 @@ impl<B: crate::HalfMatmul, C: CheckpointStrategy> crate::HalfMatmul for Autodiff
     }
 }
 
-/// The generic form through autodiff's own ops, so gradients reach both operands.
-impl<B: crate::DenseMatmul, C: CheckpointStrategy> crate::DenseMatmul for Autodiff<B, C> {}
-
-/// The generic chunked form through autodiff's own ops (with the inverse's own backward), so
-/// gradients reach every input.
-impl<B: crate::GatedDeltaRule, C: CheckpointStrategy> crate::GatedDeltaRule for Autodiff<B, C> {}
-
-/// burn's forms through autodiff's own ops, so gradients pass.
-impl<B: crate::Gating, C: CheckpointStrategy> crate::Gating for Autodiff<B, C> {}
-
-/// burn's reshape through autodiff's own op, so gradients pass.
-impl<B: crate::Reshape, C: CheckpointStrategy> crate::Reshape for Autodiff<B, C> {}
-
-/// The generic form through autodiff's own ops, so gradients reach the input, the history and the
-/// weight.
-impl<B: crate::CausalConv1d, C: CheckpointStrategy> crate::CausalConv1d for Autodiff<B, C> {}
+// The generic forms and burn's ops through autodiff's own ops, so that gradients pass: to `x`
+// through Q4_0's product (straight through the rounding, the packed bytes kept in Q4_0's order),
+// to both operands of the f32 products, to every input of the chunked delta rule (with the
+// inverse's own backward) and of the conv, through the gates and the reshape.
+generic_forms!(autodiff: crate::Q4Matmul, crate::DenseMatmul, crate::GatedDeltaRule, crate::Gating, crate::Reshape, crate::CausalConv1d);

@@ -155,8 +155,6 @@ fn half_bits_of(data: TensorData) -> Vec<u16> {
     }
 }
 
-impl<F: FloatCandleElement, I: IntCandleElement> crate::DenseMatmul for Candle<F, I> {}
-
 /// On the CPU device, [`cpu::delta_rule`] on the host values (f32); elsewhere the generic
 /// chunked form.
 impl<F: FloatCandleElement, I: IntCandleElement> GatedDeltaRule for Candle<F, I> {
@@ -188,11 +186,8 @@ impl<F: FloatCandleElement, I: IntCandleElement> GatedDeltaRule for Candle<F, I>
     }
 }
 
-/// burn's forms (candle's own elementwise kernels).
-impl<F: FloatCandleElement, I: IntCandleElement> crate::Gating for Candle<F, I> {}
-
-/// burn's (candle reshapes contiguous tensors in place).
-impl<F: FloatCandleElement, I: IntCandleElement> crate::Reshape for Candle<F, I> {}
-
-/// The generic form (candle's own ops).
-impl<F: FloatCandleElement, I: IntCandleElement> crate::CausalConv1d for Candle<F, I> {}
+// The generic f32 products, and burn's gates, reshape (in place for a contiguous tensor) and
+// conv, on candle's own kernels.
+generic_forms!([F: FloatCandleElement, I: IntCandleElement] Candle<F, I>:
+    crate::DenseMatmul, crate::Gating, crate::Reshape, crate::CausalConv1d,
+);

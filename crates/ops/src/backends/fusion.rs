@@ -65,23 +65,10 @@ impl<B: FusionBackend + UnitLowerInverse> UnitLowerInverse for Fusion<B> {
     }
 }
 
-/// The generic form, whose tensor ops fuse like any others.
-impl<B: FusionBackend> crate::Q8Matmul for Fusion<B> {}
-
-impl<B: FusionBackend> crate::Q4Matmul for Fusion<B> {}
-
-impl<B: FusionBackend> crate::HalfMatmul for Fusion<B> {}
-
-impl<B: FusionBackend> crate::DenseMatmul for Fusion<B> {}
-
-/// The generic chunked form, whose tensor ops fuse like any others.
-impl<B: FusionBackend + UnitLowerInverse> crate::GatedDeltaRule for Fusion<B> {}
-
-/// burn's forms, whose elementwise ops fuse like any others.
-impl<B: FusionBackend> crate::Gating for Fusion<B> {}
-
-/// burn's, a fused op like any other.
-impl<B: FusionBackend> crate::Reshape for Fusion<B> {}
-
-/// The generic form, whose tensor ops fuse like any others.
-impl<B: FusionBackend> crate::CausalConv1d for Fusion<B> {}
+// The generic forms and burn's ops, whose tensor ops fuse like any others.
+generic_forms!([B: FusionBackend] Fusion<B>:
+    crate::Q8Matmul, crate::Q4Matmul, crate::HalfMatmul, crate::DenseMatmul, crate::Gating, crate::Reshape,
+    crate::CausalConv1d,
+);
+// The chunked form calls the inverse, the custom op above.
+generic_forms!([B: FusionBackend + UnitLowerInverse] Fusion<B>: crate::GatedDeltaRule);

@@ -1361,9 +1361,12 @@ macro_rules! backend_suite {
 
 decider_ops::for_each_backend!(backend_suite);
 
-/// The suite through `Autodiff`, over ndarray only: the wrapper is one generic impl for every
-/// inner backend (`crates/ops/src/backends/autodiff.rs`: the inner kernel, or the generic form
-/// through autodiff's ops), so it is checked once; each backend's own kernels are checked above.
+/// The suite through `Autodiff`, over ndarray: the wrapper is one generic impl for every inner
+/// backend (`crates/ops/src/backends/autodiff.rs`: the inner kernel, or the generic form through
+/// autodiff's ops on the inner backend's storage). Over candle and wgpu it is not run: the plain
+/// suites above call every generic form by name on those backends' own storage, which is what the
+/// wrapper runs there less the gradient tracking, and on wgpu's software driver the tracked suite
+/// took minutes.
 #[cfg(all(feature = "autodiff", feature = "ndarray"))]
 mod autodiff {
     use super::*;

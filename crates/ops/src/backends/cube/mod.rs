@@ -79,26 +79,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> UnitLowerI
     }
 }
 
-/// The generic form (dequantize, then burn's matmul kernels).
-impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::Q8Matmul for CubeBackend<R, F, I, BT> {}
-
-impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::Q4Matmul for CubeBackend<R, F, I, BT> {}
-
-impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::HalfMatmul for CubeBackend<R, F, I, BT> {}
-
-impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::DenseMatmul for CubeBackend<R, F, I, BT> {}
-
-/// The generic chunked form (its matmuls and the inverse kernel above).
-impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::GatedDeltaRule
-    for CubeBackend<R, F, I, BT>
-{
-}
-
-/// burn's forms.
-impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::Gating for CubeBackend<R, F, I, BT> {}
-
-/// burn's (a contiguous handle is reshaped in place).
-impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::Reshape for CubeBackend<R, F, I, BT> {}
-
-/// The generic form.
-impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> crate::CausalConv1d for CubeBackend<R, F, I, BT> {}
+// The generic forms: the block and 16-bit products dequantize, then run burn's matmul kernels; the
+// chunked delta rule runs its matmuls and the inverse kernel above; the gates, the reshape (a
+// contiguous handle is reshaped in place) and the conv are burn's ops.
+generic_forms!([R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement] CubeBackend<R, F, I, BT>:
+    crate::Q8Matmul, crate::Q4Matmul, crate::HalfMatmul, crate::DenseMatmul, crate::GatedDeltaRule, crate::Gating,
+    crate::Reshape, crate::CausalConv1d,
+);
