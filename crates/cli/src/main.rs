@@ -35,8 +35,8 @@ enum Command {
     Backends,
 }
 
-/// mimalloc: the start-up of every command reads a tokenizer of a million small strings (see the
-/// README's dependency table).
+/// mimalloc: the start-up of every command reads a tokenizer of a million small strings (see
+/// `docs/dependencies.md`).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -11,7 +11,7 @@ use anyhow::Context;
 use decider::{Decider, Prompter, demo};
 use qwen35::{Qwen35Config, Qwen35Model, Qwen35Ops, WeightChoice, WeightFormat};
 
-/// `--weights`: the format the projections, experts and token tables are held in (the README
+/// `--weights`: the format the projections, experts and token tables are held in (`docs/weights.md`
 /// lists which parameters that covers).
 #[derive(clap::Args, Clone, Debug)]
 pub struct WeightsArg {

@@ -14,7 +14,7 @@
 //! As with Q8_0, the activations are rounded to 8-bit blocks first (llama.cpp's CPU path pairs a
 //! Q4_0 weight with Q8_0 activations: `ggml_vec_dot_q4_0_q8_0`), always to 8 bits
 //! ([`Q4_ACTIVATION_BITS`]): next to 4-bit weights their rounding does not move decisions
-//! measurably (the accuracy report in the repository's README). So `q4_matmul` is `round(x) ·
+//! measurably (the accuracy report in `docs/formats.md`). So `q4_matmul` is `round(x) ·
 //! Wᵀ` with [`crate::round_activations`] to 8 bits on every backend, whichever kernel runs.
 
 use burn::tensor::ops::{FloatTensor, IntTensor};

@@ -35,8 +35,8 @@ pub const Q8_BLOCK: usize = 32;
 /// RMSNorm's output, to about 0.4 % of each block's largest value. An input that is a product of
 /// activations (`silu(gate) · up`, an attention output times its gate) has a few values far above
 /// the rest, and eight bits round the rest of their block coarsely: with eight bits everywhere,
-/// q8 moved decisions 1.7 times as far as its weights' own rounding (the accuracy report in the
-/// repository's README); sixteen bits for such inputs bring it to the weights' own.
+/// q8 moved decisions 1.7 times as far as its weights' own rounding (the accuracy report in
+/// `docs/formats.md`); sixteen bits for such inputs bring it to the weights' own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ActivationBits {
     Eight,
