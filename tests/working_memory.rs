@@ -3,6 +3,9 @@
 //! counts every live byte (`integration_tests::counting`), and each run's peak beyond what was
 //! live before it is the measure.
 //!
+//! Planning is measured the same way: what tokenizing texts and building rows allocates against
+//! what [`decider::Meter`] asks of a budget for it (`decider::plan_budget`).
+//!
 //! Shapes: the demo model, and 4-layer slices of decider-2b's widths (f32 and q8) and of
 //! decider-35b-a3b's (32 experts instead of 256: only the router's width depends on the count)
 //! with small segments and key blocks so that prefixes span several of each. Requests: one row
@@ -11,7 +14,8 @@
 
 use burn::backend::NdArray;
 use decider::demo::random_model;
-use decider::{Decider, Plan, Prompter, Row, SystemOneRequest};
+use decider::plan_budget::TOKENIZER_BYTES_PER_BYTE;
+use decider::{Decider, DeciderError, Plan, PlanBudget, Prompter, Row, SystemOneRequest, Tokenizer};
 use integration_tests::counting::{Counting, peak_of};
 use integration_tests::fixture_path;
 use qwen35::{PrefillBlocks, Qwen35Config, WeightFormat};
@@ -21,6 +25,9 @@ type B = NdArray<f32>;
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
+
+/// The allocator counts every thread: one measure at a time.
+static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// A `/v1/systemone` request's rows: a state of about `words` words and `questions` questions.
 fn rows(prompter: &Prompter, words: usize, questions: usize) -> Plan {
@@ -85,6 +92,7 @@ fn real_widths(name: &str, experts: usize) -> Qwen35Config {
 
 #[test]
 fn the_working_memory_bound_holds_and_is_tight() {
+    let _one_at_a_time = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let device = Default::default();
     let demo = Decider::<B>::demo(&device);
     for (kind, plans) in requests(demo.prompter(), 6000) {
@@ -103,5 +111,75 @@ fn the_working_memory_bound_holds_and_is_tight() {
         for (kind, plans) in requests(decider.prompter(), 600) {
             check(&decider, &format!("{name}, {kind}"), &plans.iter().map(|p| p.rows.as_slice()).collect::<Vec<_>>());
         }
+    }
+}
+
+/// Texts that cost the tokenizer most per byte (runs its pre-split cannot break) and ordinary
+/// ones, `bytes` long each.
+fn tokenizer_texts(bytes: usize) -> Vec<(&'static str, String)> {
+    let fill = |unit: &str| unit.repeat(bytes / unit.len());
+    vec![
+        ("one letter", fill("x")),
+        ("two letters", fill("ab")),
+        ("one symbol", fill("=")),
+        ("unassigned U+10FFFF", fill("\u{10FFFF}")),
+        ("CJK", fill("我们今天讨论的是一个很长的句子")),
+        ("digits", fill("3141592653")),
+        ("whitespace", fill(" \n\t ")),
+        ("prose", fill("The quick brown fox, it's said, jumps over 12 lazy dogs. ")),
+        ("emoji", fill("👍🏽🎉")),
+    ]
+}
+
+/// The bound a server reserves before it tokenizes, `TOKENIZER_BYTES_PER_BYTE` per byte of
+/// text, holds for every text shape (the figures are printed: the ratio is the measure).
+#[test]
+fn tokenizing_stays_within_its_bound() {
+    let _one_at_a_time = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let tokenizer = Tokenizer::test_tokenizer();
+    for (name, text) in tokenizer_texts((1 << 20) + 12_345) {
+        let (ids, _, peak) = peak_of(|| tokenizer.encode(&text).expect("tokenized"));
+        let per_byte = peak as f64 / text.len() as f64;
+        eprintln!("tokenizing {name}: {per_byte:.1} bytes per byte of text ({} tokens)", ids.len());
+        assert!(peak <= TOKENIZER_BYTES_PER_BYTE * text.len(), "{name}: {per_byte:.1} bytes per byte");
+    }
+}
+
+/// The most a plan asked of its budget.
+#[derive(Default)]
+struct Asked(usize);
+
+impl PlanBudget for Asked {
+    fn reserve(&mut self, peak_bytes: usize, _row_text_bytes: usize) -> Result<(), DeciderError> {
+        self.0 = self.0.max(peak_bytes);
+        Ok(())
+    }
+}
+
+/// What planning a request allocates stays within what it asked its budget for: requests whose
+/// question texts, options or states are the costliest text shapes, and many questions.
+#[test]
+fn planning_stays_within_what_it_asks_of_its_budget() {
+    let _one_at_a_time = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let prompter = Prompter::demo();
+    let question = |text: &str| json!({"type": "choice", "instructions": text, "options": ["a", "b", "c"]});
+    let wide = |option: &str| json!({"type": "choice", "instructions": "Which?", "options": (0..40).map(|i| format!("{option}{i}")).collect::<Vec<_>>()});
+    let one = |spec: Value| Map::from_iter([("q".to_string(), spec)]);
+    let mut requests: Vec<(String, Value, Map<String, Value>)> = Vec::new();
+    for (name, text) in tokenizer_texts(256 << 10) {
+        let option: String = text.chars().take(2048).collect();
+        requests.push((format!("question of {name}"), json!("a state"), one(question(&text))));
+        requests.push((format!("options of {name}"), json!("a state"), one(wide(&option))));
+        requests.push((format!("state of {name}"), json!(text.repeat(16)), one(question("Is it?"))));
+    }
+    let many: Map<String, Value> = (0..500).map(|i| (format!("q{i}"), question(&format!("Question {i}?")))).collect();
+    requests.push(("500 questions on a long state".into(), json!("word ".repeat(40_000)), many));
+    for (name, state, questions) in requests {
+        let request = SystemOneRequest::new(state, questions);
+        let mut asked = Asked::default();
+        let (plan, _, peak) = peak_of(|| prompter.plan_within(&request, &mut asked).expect("planned"));
+        drop(plan);
+        eprintln!("planning, {name}: allocated {peak} bytes, asked {} ({:.1}x)", asked.0, asked.0 as f64 / peak as f64);
+        assert!(peak <= asked.0, "{name}: allocated {peak} bytes, more than the {} asked", asked.0);
     }
 }

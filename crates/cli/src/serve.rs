@@ -97,6 +97,7 @@ pub fn serve<B: Qwen35Ops>(
         write: Duration::from_secs(args.write_timeout),
         shutdown: Duration::from_secs(args.shutdown_timeout),
     };
+    let (deadline, deadline_passed) = tokio::sync::watch::channel(false);
     let state = Arc::new(AppState {
         prompter,
         jobs,
@@ -107,9 +108,11 @@ pub fn serve<B: Qwen35Ops>(
         source,
         device,
         stats,
+        deadline: deadline_passed,
     });
     let app = handlers::router(state.clone());
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().max_blocking_threads(blocking_threads()).enable_all().build()?;
     runtime.block_on(async {
         // Polled once now, so that a shutdown signal's handlers are in place before the start-up
         // line tells anyone the server is there (a SIGTERM before them would kill it outright).
@@ -122,12 +125,19 @@ pub fn serve<B: Qwen35Ops>(
         let malformed: listener::Malformed = Arc::new(move |status, e| {
             refusals.refused(&refusals.stats.errors, ApiError::new(status, format!("malformed HTTP request: {e}")));
         });
-        listener::serve(listener, app, timeouts, shutdown, malformed).await;
+        listener::serve(listener, app, timeouts, shutdown, deadline, malformed).await;
         anyhow::Ok(())
     })?;
     // Tokenizing work of requests cut off by the shutdown timeout is not waited for.
     runtime.shutdown_timeout(Duration::from_secs(1));
     Ok(())
+}
+
+/// Threads that parse bodies and plan requests (tokio's blocking pool), one per CPU: that work
+/// is CPU-bound, so more threads would not finish it sooner, and each would hold its own stack
+/// and allocator caches outside the memory budget. More requests wait for a free thread.
+fn blocking_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get()).max(2)
 }
 
 /// Ctrl-C or SIGTERM: stop accepting, finish the requests in flight.

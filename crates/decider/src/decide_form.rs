@@ -17,8 +17,9 @@ use crate::python_json::Json;
 use crate::answer::{argmax, py_round, rounded_by};
 use crate::engine::Decider;
 use crate::error::DeciderError;
+use crate::plan_budget::{Meter, PlanBudget};
 use crate::prompt::{Row, RowQuestion, neutralize};
-use crate::prompter::Prompter;
+use crate::prompter::{Prompter, context_row};
 use crate::python_json::{py_repr, py_str, py_type_name};
 use crate::question::{AnswerType, strings_heap_bytes};
 use crate::tokenizer::MAX_OPTIONS;
@@ -212,6 +213,25 @@ impl Prompter {
     /// Validates the `/decide` form and builds its row (`Decider._check_schema`,
     /// `_schema_to_questions`, then one packed row).
     pub fn plan_decide(&self, context: &str, schema: Option<&Json>) -> Result<DecidePlan, DeciderError> {
+        self.plan_decide_in(&mut Meter::unbounded(&self.tokenizer), context, schema)
+    }
+
+    /// [`Prompter::plan_decide`], asking `budget` before tokenizing each text and keeping the row.
+    pub fn plan_decide_within(
+        &self,
+        context: &str,
+        schema: Option<&Json>,
+        budget: &mut dyn PlanBudget,
+    ) -> Result<DecidePlan, DeciderError> {
+        self.plan_decide_in(&mut Meter::new(&self.tokenizer, budget), context, schema)
+    }
+
+    fn plan_decide_in(
+        &self,
+        meter: &mut Meter,
+        context: &str,
+        schema: Option<&Json>,
+    ) -> Result<DecidePlan, DeciderError> {
         let fields = fields(schema, self.config.neutralize_none)?;
         if fields.is_empty() {
             return Ok(DecidePlan { fields, row: None });
@@ -227,7 +247,7 @@ impl Prompter {
                 (q.clone(), f.shown.clone(), kind)
             })
             .collect();
-        Ok(DecidePlan { row: Some(self.context_row(context, &questions)), fields })
+        Ok(DecidePlan { row: Some(context_row(meter, context, &questions)?), fields })
     }
 }
 

@@ -10,10 +10,11 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 use crate::error::DeciderError;
+use crate::plan_budget::{MAX_TOKEN_BYTES, Meter};
 use crate::python_json::{Json, JsonMap};
-use crate::question::{AnswerType, RenderedQuestion, render_question};
+use crate::question::{AnswerType, RenderedQuestion, render_question, strings_heap_bytes};
 use crate::state::{StatePrefix, render_state_prefix, text_prefix};
-use crate::tokenizer::{MAX_OPTIONS, Tokenizer};
+use crate::tokenizer::MAX_OPTIONS;
 
 /// Options rendered as `(A) text` in one string; more use one label token per option.
 pub const NARROW: usize = 10;
@@ -60,18 +61,19 @@ impl Plan {
 
     /// About the bytes the plan holds on the heap (what a server holds while it is queued).
     pub fn heap_bytes(&self) -> usize {
-        let questions: usize =
-            self.questions.iter().map(|q| size_of::<PlannedQuestion>() + q.id.len() + q.question.heap_bytes()).sum();
-        questions + self.rows.iter().map(Row::heap_bytes).sum::<usize>()
+        questions_heap_bytes(&self.questions) + self.rows.iter().map(Row::heap_bytes).sum::<usize>()
     }
+}
+
+/// About the bytes planned questions hold on the heap.
+fn questions_heap_bytes(questions: &[PlannedQuestion]) -> usize {
+    questions.iter().map(|q| size_of::<PlannedQuestion>() + q.id.len() + q.question.heap_bytes()).sum()
 }
 
 impl Row {
     /// About the bytes the row holds on the heap: its ids and per-slot entries.
     pub fn heap_bytes(&self) -> usize {
-        size_of::<Row>()
-            + self.ids.len() * size_of::<u32>()
-            + self.slots.len() * (size_of::<usize>() * 2 + size_of::<AnswerType>())
+        size_of::<Row>() + ids_bytes(self.ids.len()) + self.slots.len() * SLOT_BYTES
     }
 }
 
@@ -123,13 +125,8 @@ pub fn strip_level_number(text: &str) -> &str {
 }
 
 /// Renders and plans a request (`serve.prepare`): validates every question first, then builds
-/// the rows.
-pub fn plan(
-    tokenizer: &Tokenizer,
-    state: &Json,
-    questions: &JsonMap,
-    options: PlanOptions,
-) -> Result<Plan, DeciderError> {
+/// the rows, tokenizing through `meter` (which asks its budget first).
+pub fn plan(meter: &mut Meter, state: &Json, questions: &JsonMap, options: PlanOptions) -> Result<Plan, DeciderError> {
     let mut rendered = Vec::with_capacity(questions.len());
     for (id, spec) in questions {
         let spec = spec
@@ -162,13 +159,17 @@ pub fn plan(
         let slot_count = entries.len() - first_slot;
         planned.push(PlannedQuestion { id, question, first_slot, slot_count, isolated_levels });
     }
+    let entry_bytes =
+        |(text, options, _): &RowQuestion| size_of::<RowQuestion>() + text.len() + strings_heap_bytes(options);
+    meter.hold(questions_heap_bytes(&planned) + entries.iter().map(entry_bytes).sum::<usize>())?;
 
-    let context = capped_encode(tokenizer, options.max_state_tokens, |bytes| render_state_prefix(state, bytes));
+    let context = capped_encode(meter, options.max_state_tokens, |bytes| render_state_prefix(state, bytes))?;
+    meter.hold(ids_bytes(context.len()))?;
     // Packed, a request without questions is still one (slotless) row, as in the reference.
     let rows = if options.independent {
-        entries.iter().map(|entry| row(tokenizer, &context, std::slice::from_ref(entry))).collect()
+        entries.iter().map(|entry| row(meter, &context, std::slice::from_ref(entry))).collect::<Result<_, _>>()?
     } else {
-        vec![row(tokenizer, &context, &entries)]
+        vec![row(meter, &context, &entries)?]
     };
     Ok(Plan { questions: planned, rows, context_len: context.len() })
 }
@@ -176,30 +177,55 @@ pub fn plan(
 /// A question as one row sees it: text, option texts, answer type.
 pub type RowQuestion = (String, Vec<String>, AnswerType);
 
-/// The row `context` + one piece per question (numbered when there are several).
-pub fn row(tokenizer: &Tokenizer, context: &[u32], questions: &[RowQuestion]) -> Row {
+/// The row `context` + one piece per question (numbered when there are several), held in
+/// `meter`'s budget until planning ends.
+pub fn row(meter: &mut Meter, context: &[u32], questions: &[RowQuestion]) -> Result<Row, DeciderError> {
     let multi = questions.len() > 1;
-    let mut row = Row { ids: context.to_vec(), slots: vec![], types: vec![], nopts: vec![] };
-    for (k, (text, options, kind)) in questions.iter().enumerate() {
-        row.ids.extend(question_piece(tokenizer, text, options, k, multi));
+    let mut pieces = Vec::with_capacity(questions.len());
+    for (k, (text, options, _)) in questions.iter().enumerate() {
+        let piece = question_piece(meter, text, options, k, multi)?;
+        meter.hold(ids_bytes(piece.len()) + size_of::<Vec<u32>>())?;
+        pieces.push(piece);
+    }
+    // Allocated once at its length, so that it holds what `Row::heap_bytes` says.
+    let len = context.len() + pieces.iter().map(Vec::len).sum::<usize>();
+    meter.hold(size_of::<Row>() + ids_bytes(len) + questions.len() * SLOT_BYTES)?;
+    let n = questions.len();
+    let mut row = Row {
+        ids: Vec::with_capacity(len),
+        slots: Vec::with_capacity(n),
+        types: Vec::with_capacity(n),
+        nopts: Vec::with_capacity(n),
+    };
+    row.ids.extend_from_slice(context);
+    for (piece, (_, options, kind)) in pieces.into_iter().zip(questions) {
+        row.ids.extend(piece);
         row.slots.push(row.ids.len() - 1);
         row.types.push(*kind);
         row.nopts.push(options.len());
     }
-    row
+    Ok(row)
 }
 
+/// Bytes of `n` token ids.
+fn ids_bytes(n: usize) -> usize {
+    n * size_of::<u32>()
+}
+
+/// Bytes a row holds per slot (its slot, answer type and option count).
+const SLOT_BYTES: usize = size_of::<usize>() * 2 + size_of::<AnswerType>();
+
 /// `encode("Context:\n" + state)[:cap]` of a text state.
-pub fn context_ids(tokenizer: &Tokenizer, state: &str, cap: usize) -> Vec<u32> {
-    capped_encode(tokenizer, cap, |bytes| text_prefix(state, bytes))
+pub fn context_ids(meter: &mut Meter, state: &str, cap: usize) -> Result<Vec<u32>, DeciderError> {
+    capped_encode(meter, cap, |bytes| text_prefix(state, bytes))
 }
 
 /// Bytes of state rendered per token of the cap at first; doubled while too few tokens come out.
 const FIRST_BYTES_PER_TOKEN: usize = 8;
 
-/// No token of the Qwen3.5 vocabulary is longer (128 characters, at most 512 bytes); see
-/// [`capped_encode`].
-const MAX_TOKEN_BYTES: usize = 512;
+/// Tokens past the cap that a prefix cut where the tokenizer's pre-split may not end a piece
+/// must give before its first `cap` tokens are taken (see [`capped_encode`]).
+const UNSAFE_CUT_MARGIN: usize = 256;
 
 /// `encode("Context:\n" + state)[:cap]`, from `state_prefix(n)`, the first `n` bytes of the
 /// rendered state: only a prefix proportional to `cap` is rendered and tokenized, so a huge state
@@ -209,21 +235,37 @@ const MAX_TOKEN_BYTES: usize = 512;
 /// character that is neither a letter nor a mark. There the tokenizer's pre-split
 /// (`[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}|...`) always ends a piece and starts the next, and NFC
 /// composes nothing across it, so the tokens before the cut are the same whatever follows: the
-/// result equals tokenizing the whole state. Only a state with no safe cut in its first
-/// `cap x 512` bytes (one unbroken run of letters) is cut at that length instead.
-fn capped_encode(tokenizer: &Tokenizer, cap: usize, state_prefix: impl Fn(usize) -> StatePrefix) -> Vec<u32> {
+/// result equals tokenizing the whole state. A prefix whose text after its last safe cut is one
+/// long run the pre-split cannot break (a run of one letter, of symbols) gives too few tokens
+/// before that cut; then the whole prefix is tokenized, and taken when it gives at least
+/// [`UNSAFE_CUT_MARGIN`] tokens past the cap: only the tokens next to the cut could differ from
+/// the whole state's, and those are dropped. So the text tokenized at once stays within about
+/// the bytes `cap + 256` tokens span (at most `(cap + 256) x 512`).
+fn capped_encode(
+    meter: &mut Meter,
+    cap: usize,
+    state_prefix: impl Fn(usize) -> StatePrefix,
+) -> Result<Vec<u32>, DeciderError> {
     const HEAD: &str = "Context:\n";
     let mut budget = cap.saturating_mul(FIRST_BYTES_PER_TOKEN).max(1024);
     loop {
         let prefix = state_prefix(budget);
         let text = format!("{HEAD}{}", prefix.text);
-        let last_try = prefix.complete || budget >= cap.saturating_mul(MAX_TOKEN_BYTES);
+        let last_try =
+            prefix.complete || budget >= cap.saturating_add(UNSAFE_CUT_MARGIN).saturating_mul(MAX_TOKEN_BYTES);
         let cut = if last_try { text.len() } else { safe_cut(&text) };
-        if cut > HEAD.len() || last_try {
-            let mut ids = tokenizer.encode(&text[..cut]);
-            if ids.len() >= cap || last_try {
+        let mut ids = if cut > HEAD.len() || last_try { meter.encode_prefix(&text[..cut])? } else { Vec::new() };
+        if ids.len() >= cap || last_try {
+            ids.truncate(cap);
+            return Ok(ids);
+        }
+        // The text after the last safe cut is most of the prefix: one run the pre-split cannot break.
+        if text.len() - cut > text.len() / 2 {
+            drop(ids);
+            let mut ids = meter.encode_prefix(&text)?;
+            if ids.len() >= cap.saturating_add(UNSAFE_CUT_MARGIN) {
                 ids.truncate(cap);
-                return ids;
+                return Ok(ids);
             }
         }
         budget = budget.saturating_mul(2);
@@ -252,24 +294,43 @@ fn safe_cut(text: &str) -> usize {
 /// The ids of question `k` (numbered when the row holds several): its header, options and
 /// `Answer: (`. Up to [`NARROW`] options are one string with `(A)`..`(J)`; more are built from
 /// ids, `\n(` + label token + `) text`, so every label is one token.
-pub fn question_piece(tokenizer: &Tokenizer, text: &str, options: &[String], k: usize, multi: bool) -> Vec<u32> {
+pub fn question_piece(
+    meter: &mut Meter,
+    text: &str,
+    options: &[String],
+    k: usize,
+    multi: bool,
+) -> Result<Vec<u32>, DeciderError> {
     let number = if multi { format!(" {}", k + 1) } else { String::new() };
     let head = format!("\n\nQuestion{number}: {text}\nOptions:");
     let tail = format!("\nAnswer{number}: (");
     if options.len() <= NARROW {
         let lines: String = options.iter().zip('A'..='J').map(|(o, letter)| format!("\n({letter}) {o}")).collect();
-        return tokenizer.encode(&format!("{head}{lines}{tail}"));
+        return meter.encode(&format!("{head}{lines}{tail}"));
     }
     debug_assert!(options.len() <= MAX_OPTIONS, "render_question caps options");
-    let labels = tokenizer.labels();
-    let mut piece = tokenizer.encode(&head);
+    let labels = meter.tokenizer().labels();
+    // Every part tokenized and held first, so that the piece is allocated once at its length.
+    let mut parts = Vec::with_capacity(options.len() + 2);
+    for text in std::iter::once(head).chain(options.iter().map(|option| format!(") {option}"))).chain([tail]) {
+        let ids = meter.encode(&text)?;
+        meter.hold(ids_bytes(ids.len()) + size_of::<Vec<u32>>())?;
+        parts.push(ids);
+    }
+    let per_label = labels.open_ids.len() + 1;
+    let len = parts.iter().map(Vec::len).sum::<usize>() + options.len() * per_label;
+    meter.hold(ids_bytes(len))?;
+    let mut piece = Vec::with_capacity(len);
+    let (head, rest) = parts.split_first().expect("a head");
+    let (tail, options) = rest.split_last().expect("a tail");
+    piece.extend(head);
     for (option, label) in options.iter().zip(&labels.ids) {
         piece.extend(&labels.open_ids);
         piece.push(*label);
-        piece.extend(tokenizer.encode(&format!(") {option}")));
+        piece.extend(option);
     }
-    piece.extend(tokenizer.encode(&tail));
-    piece
+    piece.extend(tail);
+    Ok(piece)
 }
 
 /// Tokens of rows that share a prefix, the prefix counted once; 0 for no rows.
@@ -299,7 +360,7 @@ mod tests {
     /// tokens of the whole text, for a cut found in every prefix of texts that stress it.
     #[test]
     fn tokens_before_a_safe_cut_do_not_depend_on_what_follows() {
-        let tokenizer = Tokenizer::test_tokenizer();
+        let tokenizer = crate::Tokenizer::test_tokenizer();
         let texts = [
             "The fox, it's said, JUMPS over 12 lazy dogs; then naps.\n\n  Then 3.14159 -x",
             "我们今天讨论的是一个很长的句子。没有空格，也没有数字！只有汉字",
@@ -308,10 +369,10 @@ mod tests {
             "a  \n\n   \t b\r\n  \n c\u{a0}\u{3000}d\u{1c}e  ",
         ];
         for text in texts {
-            let whole = tokenizer.encode(text);
+            let whole = tokenizer.encode(text).unwrap();
             for (n, _) in text.char_indices().skip(1) {
                 let cut = safe_cut(&text[..n]);
-                let ids = tokenizer.encode(&text[..cut]);
+                let ids = tokenizer.encode(&text[..cut]).unwrap();
                 assert_eq!(ids[..], whole[..ids.len()], "{text:?} cut at byte {cut} (prefix of {n} bytes)");
             }
         }

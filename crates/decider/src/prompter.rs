@@ -6,6 +6,7 @@ use std::path::Path;
 use crate::config::DeciderConfig;
 use crate::demo::DEMO_DECIDER_CONFIG;
 use crate::error::DeciderError;
+use crate::plan_budget::{Meter, PlanBudget};
 use crate::prompt::{Plan, PlanOptions, Row, RowQuestion, context_ids, neutralize, plan, row};
 use crate::question::AnswerType;
 use crate::tokenizer::{MAX_OPTIONS, Tokenizer};
@@ -45,7 +46,12 @@ impl Prompter {
     /// The rows of a `/v1/systemone` request as the reference *server* builds them
     /// (`decider.serve.prepare`): options exactly as given.
     pub fn plan(&self, request: &SystemOneRequest) -> Result<Plan, DeciderError> {
-        self.plan_with(request, false)
+        self.plan_with(&mut Meter::unbounded(&self.tokenizer), request, false)
+    }
+
+    /// [`Prompter::plan`], asking `budget` before tokenizing each text and keeping each row.
+    pub fn plan_within(&self, request: &SystemOneRequest, budget: &mut dyn PlanBudget) -> Result<Plan, DeciderError> {
+        self.plan_with(&mut Meter::new(&self.tokenizer, budget), request, false)
     }
 
     /// The rows of the same request as the reference *library* builds them
@@ -53,17 +59,22 @@ impl Prompter {
     /// model as "not listed here" when `decider_config.json` sets `neutralize_none` (answers
     /// keep the options as given).
     pub fn plan_library(&self, request: &SystemOneRequest) -> Result<Plan, DeciderError> {
-        self.plan_with(request, self.config.neutralize_none)
+        self.plan_with(&mut Meter::unbounded(&self.tokenizer), request, self.config.neutralize_none)
     }
 
-    fn plan_with(&self, request: &SystemOneRequest, neutralize_none: bool) -> Result<Plan, DeciderError> {
+    fn plan_with(
+        &self,
+        meter: &mut Meter,
+        request: &SystemOneRequest,
+        neutralize_none: bool,
+    ) -> Result<Plan, DeciderError> {
         let options = PlanOptions {
             independent: request.independent,
             isolated_levels: self.config.isolated_levels,
             max_state_tokens: request.max_state_tokens,
             neutralize_none,
         };
-        plan(&self.tokenizer, &request.state, &request.questions, options)
+        plan(meter, &request.state, &request.questions, options)
     }
 
     /// The one row of `Decider.decide(context, questions)`: the context capped at 1,536 tokens,
@@ -85,13 +96,7 @@ impl Prompter {
                 (q.question.clone(), shown, AnswerType::Choice)
             })
             .collect();
-        Ok(self.context_row(context, &row_questions))
-    }
-
-    /// The one row of `Decider.decide` and of the `/decide` form: `context` capped at
-    /// [`DECIDE_MAX_CONTEXT_TOKENS`], then every question packed after it.
-    pub(crate) fn context_row(&self, context: &str, questions: &[RowQuestion]) -> Row {
-        row(&self.tokenizer, &context_ids(&self.tokenizer, context, DECIDE_MAX_CONTEXT_TOKENS), questions)
+        context_row(&mut Meter::unbounded(&self.tokenizer), context, &row_questions)
     }
 
     /// The temperature of every slot of `rows`, in row order.
@@ -100,4 +105,11 @@ impl Prompter {
             .flat_map(|row| row.types.iter().zip(&row.nopts).map(|(&kind, &n)| self.config.temperatures.of(kind, n)))
             .collect()
     }
+}
+
+/// The one row of `Decider.decide` and of the `/decide` form: `context` capped at
+/// [`DECIDE_MAX_CONTEXT_TOKENS`], then every question packed after it.
+pub(crate) fn context_row(meter: &mut Meter, context: &str, questions: &[RowQuestion]) -> Result<Row, DeciderError> {
+    let context = context_ids(meter, context, DECIDE_MAX_CONTEXT_TOKENS)?;
+    row(meter, &context, questions)
 }

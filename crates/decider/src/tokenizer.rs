@@ -79,12 +79,13 @@ impl Tokenizer {
     }
 
     /// Token ids of `text` with no special tokens added (special-token strings inside the text
-    /// are still matched, as `tokenizer.encode(text, add_special_tokens=False)` does).
-    pub fn encode(&self, text: &str) -> Vec<u32> {
+    /// are still matched, as `tokenizer.encode(text, add_special_tokens=False)` does). Callers
+    /// that bound memory encode through [`crate::plan_budget::Meter`].
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, DeciderError> {
         self.inner
             .encode_fast(text, false)
             .map(|encoding| encoding.get_ids().to_vec())
-            .unwrap_or_else(|e| panic!("tokenizers failed on a valid string: {e}"))
+            .map_err(|e| DeciderError::Tokenizer(format!("tokenizing a text of {} bytes failed: {e}", text.len())))
     }
 
     /// Size of the tokenizer's vocabulary, special tokens included.
@@ -109,7 +110,7 @@ impl LabelTable {
             .chain(letters.iter().flat_map(|a| letters.iter().map(move |b| format!("{a}{b}"))));
         let (mut names, mut ids) = (Vec::new(), Vec::new());
         for name in candidates {
-            if let [id] = tokenizer.encode(&name)[..] {
+            if let [id] = tokenizer.encode(&name)?[..] {
                 names.push(name);
                 ids.push(id);
                 if names.len() == MAX_OPTIONS {
@@ -127,7 +128,7 @@ impl LabelTable {
                 names.iter().take(10).collect::<Vec<_>>()
             )));
         }
-        Ok(Self { names, ids, open_ids: tokenizer.encode("\n(") })
+        Ok(Self { names, ids, open_ids: tokenizer.encode("\n(")? })
     }
 }
 

@@ -51,7 +51,8 @@ pub struct ServeArgs {
     /// Seconds a write of an answer may wait for the client to read; then the connection is closed.
     #[arg(long, env = "DECIDER_WRITE_TIMEOUT", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub write_timeout: u64,
-    /// Seconds requests in flight get to finish after SIGTERM or Ctrl-C; then the server exits.
+    /// Seconds requests in flight get to finish after SIGTERM or Ctrl-C; then those still waiting
+    /// for the model are answered 503 and the server exits.
     #[arg(long, env = "DECIDER_SHUTDOWN_TIMEOUT", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub shutdown_timeout: u64,
 }

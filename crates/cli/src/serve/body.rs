@@ -108,25 +108,28 @@ async fn read_limited(
     if declared.is_some_and(|n| n > limit as u64) {
         return refuse(body, too_large()).await;
     }
-    // Reserved as the bytes arrive, so a client that declares a length and sends nothing holds
-    // nothing. With a declared length the buffer is allocated once; without, it doubles as it
-    // grows, so twice each frame is reserved.
-    let mut bytes = Vec::with_capacity(declared.unwrap_or(0) as usize);
+    // Kept as the frames hyper read, and reserved as they arrive: a client that declares a length
+    // and sends nothing holds nothing. The frames are joined once at the end (twice the body's
+    // bytes for that moment, so twice each frame is reserved).
+    let (mut frames, mut length) = (Vec::new(), 0);
     while let Some(frame) = body.frame().await {
         let frame =
             frame.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("reading the request body: {e}")))?;
         if let Ok(data) = frame.into_data() {
-            if bytes.len() + data.len() > limit {
+            if length + data.len() > limit {
                 return refuse(body, too_large()).await;
             }
-            let growth = if declared.is_some() { 1 } else { 2 };
-            if let Err(error) = reservation.grow(growth * data.len(), "its body") {
+            if let Err(error) = reservation.grow(2 * data.len(), "its body") {
                 return refuse(body, error).await;
             }
-            bytes.extend_from_slice(&data);
+            length += data.len();
+            frames.push(data);
         }
     }
-    Ok(Bytes::from(bytes))
+    Ok(match <[Bytes; 1]>::try_from(frames) {
+        Ok([one]) => one,
+        Err(frames) => Bytes::from(frames.concat()),
+    })
 }
 
 /// Reads and drops the rest of a body, up to `DRAIN_BYTES` and `DRAIN_TIME`.

@@ -9,10 +9,28 @@ use serde_json::{Value, json};
 #[derive(Debug)]
 pub(super) struct ApiError(pub StatusCode, pub Value);
 
+/// Bytes of a message an error answer carries at most. Messages quote the request (an unknown
+/// question type, a question's id), and a request may be megabytes long: past this the message
+/// is cut, and says so. FastAPI answers the whole message.
+pub(super) const MESSAGE_LIMIT: usize = 64 << 10;
+
+/// Bytes of an answer's `detail` a log line carries at most.
+pub(super) const LOGGED_DETAIL_LIMIT: usize = 2 << 10;
+
 impl ApiError {
     pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        Self(status, Value::String(message.into()))
+        Self(status, Value::String(cut(message.into(), MESSAGE_LIMIT)))
     }
+}
+
+/// `text` cut to at most `limit` bytes (on a character boundary), followed by how much was cut.
+pub(super) fn cut(mut text: String, limit: usize) -> String {
+    if text.len() > limit {
+        let total = text.len();
+        text.truncate(text.floor_char_boundary(limit));
+        text.push_str(&format!("... ({} of {total} bytes cut)", total - text.len()));
+    }
+    text
 }
 
 impl IntoResponse for ApiError {
@@ -38,6 +56,7 @@ pub(super) fn model_failed() -> ApiError {
 pub(super) fn unprocessable(e: DeciderError) -> ApiError {
     match e {
         DeciderError::InvalidQuestion(m) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, m),
+        DeciderError::TooLarge(m) => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, m),
         other => internal(other),
     }
 }

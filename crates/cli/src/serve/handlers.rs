@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::routing::{get, post};
 use decider::python_json::Json;
 use decider::{AnswerType, FormAnswers};
@@ -28,7 +28,33 @@ pub(super) fn router(state: Arc<AppState>) -> Router {
         .route("/stats", get(stats_report))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), only_chunked))
         .with_state(state)
+}
+
+/// A request whose `Transfer-Encoding` is anything but `chunked` alone: a 501, and the connection
+/// closed, as RFC 9112 (section 6.1) asks of a server that does not know a transfer coding
+/// (hyper reads `gzip, chunked` as chunked and passes the still-coded body on).
+/// Counted and logged as the other refusals.
+async fn only_chunked(
+    State(state): State<Arc<AppState>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let codings: Vec<_> = request.headers().get_all(header::TRANSFER_ENCODING).iter().collect();
+    match codings[..] {
+        [] => next.run(request).await,
+        [coding] if coding.as_bytes().eq_ignore_ascii_case(b"chunked") => next.run(request).await,
+        _ => {
+            let listed = codings.iter().map(|c| String::from_utf8_lossy(c.as_bytes())).collect::<Vec<_>>().join(", ");
+            let message = format!("transfer coding not implemented: {listed:?} (only \"chunked\" is)");
+            let refusal = ApiError::new(StatusCode::NOT_IMPLEMENTED, message);
+            let mut response = state.refused(&state.stats.errors, refusal).into_response();
+            response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+            response
+        }
+    }
 }
 
 async fn systemone(
@@ -54,7 +80,7 @@ async fn answer_systemone(
             "this server was started without image support (DECIDER_IMAGES=1)",
         ));
     }
-    let plan = state.plan(reservation, move |prompter| prompter.plan(&request)).await?;
+    let plan = state.plan(reservation, move |prompter, budget| prompter.plan_within(&request, budget)).await?;
     state.check_size(&plan.rows.iter().map(|r| r.ids.len()).collect::<Vec<_>>())?;
     let (rows, sizes, questions) = (plan.rows.len(), state.sizes(&plan.rows, plan.heap_bytes()), plan.questions.len());
     state.answer(rows, sizes, questions, |reply| Work::SystemOne(plan, reply)).await
@@ -96,7 +122,9 @@ async fn answer_decide(state: &Arc<AppState>, body: Json, reservation: Reservati
     drop(fields);
     // Validated and tokenized off the model thread, and held to the row limits like
     // `/v1/systemone` (an empty schema runs no row).
-    let plan = state.plan(reservation, move |prompter| prompter.plan_decide(&context, Some(&schema))).await?;
+    let plan = state
+        .plan(reservation, move |prompter, budget| prompter.plan_decide_within(&context, Some(&schema), budget))
+        .await?;
     if plan.row_tokens() == 0 {
         return Ok(FormAnswers::new());
     }

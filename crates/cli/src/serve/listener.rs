@@ -6,6 +6,16 @@
 //! a client that connects and says nothing, or stays connected after its answer, is closed
 //! after it. The body's timeout is the body reader's (`body.rs`). A write that makes no progress
 //! for the write timeout (a client that stopped reading its answers) closes the connection.
+//!
+//! What a connection holds outside the memory budget is bounded: its read buffer by
+//! [`HEAD_BUFFER_BYTES`] (a request head that does not fit is a 431), and the task and buffers
+//! hyper keeps per connection.
+//!
+//! A client that closes its side of the connection (a FIN) has left: its request is dropped, and
+//! its rows and memory released (`queue.rs`). A client that only half-closes after its request
+//! cannot be told from one that left, so it gets no answer either, as uvicorn (which serves the
+//! reference), vLLM and llama-server treat it: answering it would have the model run the work of
+//! every client that left.
 
 use std::time::Duration;
 
@@ -24,25 +34,36 @@ pub(super) struct Timeouts {
     pub header: Duration,
     /// Time one write of an answer may wait for the client to read.
     pub write: Duration,
-    /// Time requests in flight get to finish once shutdown starts; then their connections close.
+    /// Time requests in flight get to finish once shutdown starts; then those still waiting for
+    /// the model are answered 503, and the connections close.
     pub shutdown: Duration,
 }
+
+/// Bytes a connection buffers while it reads a request head, at most: an unfinished head holds
+/// no more. uvicorn, which serves the reference, refuses heads past 16 KiB (h11's
+/// `max_incomplete_event_size`); this is hyper's minimum times eight.
+pub(super) const HEAD_BUFFER_BYTES: usize = 64 << 10;
 
 /// What is told of a request hyper refused itself, malformed HTTP: its status and why.
 pub(super) type Malformed = std::sync::Arc<dyn Fn(StatusCode, &hyper::Error) + Send + Sync>;
 
+/// Time the 503s of requests cut off by the shutdown timeout get to be written.
+const ANSWER_GRACE: Duration = Duration::from_secs(2);
+
 /// Serves `app` on `listener` until `shutdown` completes, then lets requests in flight finish
-/// for at most `timeouts.shutdown`. Requests too malformed to reach `app` are answered by hyper
-/// and told to `malformed`.
+/// for at most `timeouts.shutdown`; then sets `deadline` (the requests still waiting for the
+/// model answer 503) and closes what is still open [`ANSWER_GRACE`] later. Requests too
+/// malformed to reach `app` are answered by hyper and told to `malformed`.
 pub(super) async fn serve(
     listener: TcpListener,
     app: Router,
     timeouts: Timeouts,
     shutdown: impl Future<Output = ()>,
+    deadline: tokio::sync::watch::Sender<bool>,
     malformed: Malformed,
 ) {
     let mut http = http1::Builder::new();
-    http.timer(TokioTimer::new()).header_read_timeout(timeouts.header);
+    http.timer(TokioTimer::new()).header_read_timeout(timeouts.header).max_buf_size(HEAD_BUFFER_BYTES);
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -74,11 +95,16 @@ pub(super) async fn serve(
     }
     drop(listener);
     let open = graceful.count();
-    if tokio::time::timeout(timeouts.shutdown, graceful.shutdown()).await.is_err() {
+    let mut closed = std::pin::pin!(graceful.shutdown());
+    if tokio::time::timeout(timeouts.shutdown, &mut closed).await.is_err() {
         eprintln!(
-            "decider: closing the connections still open {} s after shutdown began ({open} were open then)",
+            "decider: answering 503 to the requests still waiting {} s after shutdown began ({open} connections were open then)",
             timeouts.shutdown.as_secs()
         );
+        deadline.send_replace(true);
+        if tokio::time::timeout(ANSWER_GRACE, closed).await.is_err() {
+            eprintln!("decider: closing the connections still open");
+        }
     }
 }
 

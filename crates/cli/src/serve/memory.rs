@@ -5,8 +5,9 @@
 //! A body's bytes are reserved as they arrive; its parse is reserved from a scan of the body
 //! before it is parsed (`decider::python_json::loads`). Parsing can take a hundred times the
 //! body's size (a 72-byte value and its allocations for each `1,` of a list), so the body limit
-//! alone does not bound memory: `parse_bytes` does. A request that could never fit is a 413; one that does not fit
-//! now, beside the others in flight, is a 503 to retry.
+//! alone does not bound memory: `parse_bytes` does. Tokenizing is reserved before each text is
+//! tokenized, from its length (`decider::plan_budget`). A request that could never fit is a 413;
+//! one that does not fit now, beside the others in flight, is a 503 to retry.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -99,10 +100,15 @@ impl Reservation {
 }
 
 impl Reservation {
+    /// Grows the reservation to `bytes` for `what` if it holds less (as [`Reservation::grow`]).
+    pub fn grow_to(&mut self, bytes: usize, what: &str) -> Result<(), ApiError> {
+        if bytes <= self.bytes { Ok(()) } else { self.grow(bytes - self.bytes, what) }
+    }
+
     /// Grows the reservation to `bytes` if it holds less, when the budget has room now; false
     /// when it has not (nothing is reserved then).
     pub fn try_grow_to(&mut self, bytes: usize) -> bool {
-        bytes <= self.bytes || self.grow(bytes - self.bytes, "").is_ok()
+        self.grow_to(bytes, "").is_ok()
     }
 }
 

@@ -1,16 +1,17 @@
 //! The queue between the HTTP side and the model thread.
 //!
-//! Rows are admitted against one bound over all requests (a 503 past it). The admission travels
-//! with the job and is released when the model thread has answered or dropped it, so the bound
-//! counts the model's real backlog, and a client that leaves cannot make room for more work
-//! than the model will do. A job whose client has gone (its reply's receiver dropped with the
-//! request) is dropped unrun. The model thread takes the requests queued when it is free and
-//! scores their rows together.
+//! Rows are admitted against one bound over all requests (a 503 past it). The admission and the
+//! job's memory ([`Held`]) travel with the job, shared with the request that waits for it
+//! ([`Claim`]): the model thread takes them when it starts the job and releases them when it has
+//! answered, so the bound counts the model's real backlog and a client that leaves while its job
+//! runs cannot make room for more work than the model will do; a client that leaves while its
+//! job is still queued releases them at once, and the model thread drops the job unrun. The
+//! model thread takes the requests queued when it is free and scores their rows together.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
+use std::sync::{Mutex, mpsc};
 
 use decider::batch::{MAX_BATCH_ROWS, MAX_BATCH_TOKENS};
 use decider::decide_form::DecidePlan;
@@ -58,14 +59,6 @@ pub(super) enum Work {
 }
 
 impl Work {
-    /// The request is gone: nobody waits for the answer.
-    fn abandoned(&self) -> bool {
-        match self {
-            Work::SystemOne(_, reply) => reply.is_closed(),
-            Work::Decide(_, reply) => reply.is_closed(),
-        }
-    }
-
     fn rows(&self) -> &[Row] {
         match self {
             Work::SystemOne(plan, _) => &plan.rows,
@@ -83,17 +76,56 @@ impl Work {
     }
 }
 
+/// What a job holds in the server's bounds until it is answered: its rows in the backlog, and
+/// the plan's bytes with the model's working memory for it ([`decider::WorkingMemory`]) in the
+/// memory budget.
+#[expect(dead_code, reason = "held for their Drop: the rows and bytes are released when it is dropped")]
+pub(super) struct Held {
+    pub admission: Admission,
+    pub memory: Reservation,
+}
+
+/// A job's [`Held`], shared by the queued job and the request waiting for it: whichever takes it
+/// first releases it (the model thread when it has answered, the request when its client left
+/// before the job ran).
+#[derive(Clone)]
+pub(super) struct Claim(Arc<Mutex<Option<Held>>>);
+
+impl Claim {
+    pub fn new(held: Held) -> Self {
+        Self(Arc::new(Mutex::new(Some(held))))
+    }
+
+    /// The job's [`Held`], unless the other side took it.
+    pub fn take(&self) -> Option<Held> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take()
+    }
+
+    fn is_taken(&self) -> bool {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).is_none()
+    }
+}
+
 pub(super) struct Job {
     pub work: Work,
-    pub admission: Admission,
-    /// The plan's bytes and the model's working memory for it ([`decider::WorkingMemory`]) in
-    /// the memory budget.
-    pub memory: Reservation,
-    /// The working memory part of `memory`.
+    pub claim: Claim,
+    /// The working memory part of the job's reserved memory.
     pub working: usize,
 }
 
 impl Job {
+    fn rows(&self) -> &[Row] {
+        self.work.rows()
+    }
+}
+
+/// A job the model thread has taken, with what it holds.
+struct Running {
+    work: Work,
+    held: Held,
+}
+
+impl Running {
     fn rows(&self) -> &[Row] {
         self.work.rows()
     }
@@ -102,8 +134,8 @@ impl Job {
     /// before the client hears back. A panic while the answer is put together fails this
     /// request alone (its reply dropped: a 500).
     fn reply<B: Qwen35Ops>(self, decider: &Decider<B>, probabilities: Result<Vec<Vec<f64>>, DeciderError>) {
-        let Job { work, admission, memory, .. } = self;
-        drop((admission, memory));
+        let Running { work, held } = self;
+        drop(held);
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work.reply(decider, probabilities)));
     }
 }
@@ -136,9 +168,9 @@ pub(super) fn answer_jobs<B: Qwen35Ops>(
             }
         }
         waiting.extend(inbox.try_iter());
-        // A job whose client has gone is dropped unrun, its admission with it.
-        waiting.retain(|job: &Job| !job.work.abandoned());
-        let (mut jobs, mut rows, mut tokens, mut working) = (Vec::<Job>::new(), 0, 0, 0);
+        // A job whose client has gone released what it held, and is dropped unrun.
+        waiting.retain(|job: &Job| !job.claim.is_taken());
+        let (mut jobs, mut rows, mut tokens, mut working) = (Vec::<Running>::new(), 0, 0, 0);
         let mut together_extra = budget.reservation();
         while let Some(job) = waiting.front() {
             let (more_rows, more_tokens) = (job.rows().len(), job.rows().iter().map(|r| r.ids.len()).sum::<usize>());
@@ -146,13 +178,17 @@ pub(super) fn answer_jobs<B: Qwen35Ops>(
                 if rows + more_rows > COLLECT_ROWS || tokens + more_tokens > COLLECT_TOKENS {
                     break;
                 }
-                let together: Vec<&[Row]> = jobs.iter().chain([job]).map(Job::rows).collect();
+                let together: Vec<&[Row]> = jobs.iter().map(Running::rows).chain([job.rows()]).collect();
                 if !together_extra.try_grow_to(sizes.bytes(&together).saturating_sub(working + job.working)) {
                     break;
                 }
             }
-            (rows, tokens, working) = (rows + more_rows, tokens + more_tokens, working + job.working);
-            jobs.extend(waiting.pop_front());
+            let job = waiting.pop_front().expect("the front job");
+            // Taken from the request here: from now on its client leaving does not free its place.
+            if let Some(held) = job.claim.take() {
+                (rows, tokens, working) = (rows + more_rows, tokens + more_tokens, working + job.working);
+                jobs.push(Running { work: job.work, held });
+            }
         }
         if !jobs.is_empty() {
             stats.ran(&jobs.iter().map(|job| job.rows().len()).collect::<Vec<_>>());
@@ -165,11 +201,11 @@ pub(super) fn answer_jobs<B: Qwen35Ops>(
 /// Scores the jobs' rows together and sends each its answer. A backend that panics (out of
 /// device memory, say) on jobs run together has each rerun alone, so that only the request that
 /// caused it fails, with a 500 (its reply dropped); the model thread goes on with the next.
-fn answer<B: Qwen35Ops>(decider: &Decider<B>, jobs: Vec<Job>) {
+fn answer<B: Qwen35Ops>(decider: &Decider<B>, jobs: Vec<Running>) {
     let run = |rows: &[&[Row]]| {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decider.slot_probabilities_of(rows)))
     };
-    match run(&jobs.iter().map(Job::rows).collect::<Vec<_>>()) {
+    match run(&jobs.iter().map(Running::rows).collect::<Vec<_>>()) {
         Ok(results) => jobs.into_iter().zip(results).for_each(|(job, result)| job.reply(decider, result)),
         Err(_) if jobs.len() > 1 => {
             for job in jobs {

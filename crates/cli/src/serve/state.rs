@@ -6,13 +6,14 @@ use std::sync::atomic::AtomicU64;
 use std::sync::mpsc;
 
 use axum::http::StatusCode;
-use decider::{DeciderError, Prompter, Row, WorkingMemory};
-use tokio::sync::oneshot;
+use decider::plan_budget::MAX_TOKEN_BYTES;
+use decider::{DeciderError, PlanBudget, Prompter, Row, WorkingMemory};
+use tokio::sync::{oneshot, watch};
 
-use super::error::{ApiError, internal, model_failed, unprocessable};
+use super::error::{ApiError, LOGGED_DETAIL_LIMIT, cut, internal, model_failed, unprocessable};
 use super::limits::Limits;
 use super::memory::{self, Reservation};
-use super::queue::{self, Backlog, Job, Work};
+use super::queue::{self, Backlog, Claim, Held, Job, Work};
 use super::stats::Stats;
 
 /// What every handler reads: the prompter, the queue to the model thread, the budgets, limits
@@ -28,6 +29,9 @@ pub(super) struct AppState {
     pub(super) source: String,
     pub(super) device: String,
     pub(super) stats: Arc<Stats>,
+    /// Becomes true when the shutdown timeout has passed: requests still waiting for the model
+    /// are answered 503 then.
+    pub(super) deadline: watch::Receiver<bool>,
 }
 
 impl AppState {
@@ -35,7 +39,11 @@ impl AppState {
     /// Every refusal is logged on one line: its status and its `detail` as JSON.
     pub(super) fn refused(&self, counter: &AtomicU64, error: ApiError) -> ApiError {
         Stats::count(counter);
-        eprintln!("decider: refused status={} detail={}", error.0.as_u16(), error.1);
+        eprintln!(
+            "decider: refused status={} detail={}",
+            error.0.as_u16(),
+            cut(error.1.to_string(), LOGGED_DETAIL_LIMIT)
+        );
         error
     }
 
@@ -66,22 +74,29 @@ impl AppState {
     }
 
     /// Plans a request with `plan`, off the async workers (tokenizing a long state is CPU
-    /// work). The blocking task owns the request and `reservation`: if the client hangs up
-    /// meanwhile, the body's memory stays reserved until the request is freed.
+    /// work), within the memory budget ([`PlanningMemory`]). The blocking task owns the request
+    /// and `reservation`: if the client hangs up meanwhile, the body's memory stays reserved
+    /// until the request is freed.
     pub(super) async fn plan<T: Send + 'static>(
         self: &Arc<Self>,
         reservation: Reservation,
-        plan: impl FnOnce(&Prompter) -> Result<T, DeciderError> + Send + 'static,
+        plan: impl FnOnce(&Prompter, &mut dyn PlanBudget) -> Result<T, DeciderError> + Send + 'static,
     ) -> Result<T, ApiError> {
         let state = self.clone();
-        let planned = tokio::task::spawn_blocking(move || {
-            let planned = plan(&state.prompter); // the request, owned by `plan`, is freed here
+        let (planned, refusal) = tokio::task::spawn_blocking(move || {
+            let mut planning =
+                PlanningMemory { memory: state.memory.reservation(), limits: state.limits, refusal: None };
+            let planned = plan(&state.prompter, &mut planning); // the request, owned by `plan`, is freed here
             drop(reservation);
-            planned
+            (planned, planning.refusal)
         })
         .await
         .map_err(internal)?;
-        planned.map_err(|e| self.refused(&self.stats.errors, unprocessable(e)))
+        match (planned, refusal) {
+            (Ok(planned), _) => Ok(planned),
+            (Err(_), Some(refusal)) => Err(self.refused_by_status(refusal)),
+            (Err(e), None) => Err(self.refused_by_status(unprocessable(e))),
+        }
     }
 
     /// Admits `rows` and reserves what they need: the bytes their plan holds and the model's
@@ -104,13 +119,28 @@ impl AppState {
         memory.grow(plan_bytes.saturating_add(working), &what).map_err(|e| self.refused_by_status(e))?;
         let admission = self.admit(rows)?;
         let (reply, answer) = oneshot::channel();
+        let claim = Claim::new(Held { admission, memory });
+        // Dropped with this request when its client leaves: what the job holds is released at
+        // once if the model thread has not taken it yet.
+        let _release = ReleaseOnDrop(claim.clone());
         self.jobs
-            .send(Job { work: job(reply), admission, memory, working })
+            .send(Job { work: job(reply), claim, working })
             .map_err(|_| internal("the model thread has stopped"))?;
-        let answer = answer.await.map_err(|_| model_failed()).and_then(|r| r.map_err(internal));
-        let answer = answer.map_err(|e| self.refused(&self.stats.errors, e))?;
+        let answer = tokio::select! {
+            answer = answer => answer.map_err(|_| model_failed()).and_then(|r| r.map_err(internal)),
+            () = self.shutdown_deadline() => Err(not_run_before_shutdown()),
+        };
+        let answer = answer.map_err(|e| self.refused_by_status(e))?;
         self.stats.answered(questions);
         Ok(answer)
+    }
+
+    /// Completes when the shutdown timeout has passed (never, while the server runs).
+    async fn shutdown_deadline(&self) {
+        let mut deadline = self.deadline.clone();
+        if deadline.wait_for(|&passed| passed).await.is_err() {
+            std::future::pending::<()>().await;
+        }
     }
 
     /// The bytes a plan of `rows`, holding `plan_bytes`, needs: those, and the model's working
@@ -122,6 +152,52 @@ impl AppState {
     /// Counts the request as abandoned unless [`ClientWatch::finished`] is called before it drops.
     pub(super) fn watch_client(&self) -> ClientWatch<'_> {
         ClientWatch { stats: &self.stats, finished: false }
+    }
+}
+
+/// Releases a job's [`Held`] when dropped, unless the model thread took it.
+struct ReleaseOnDrop(Claim);
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        drop(self.0.take());
+    }
+}
+
+/// The answer to a request the model had not answered when the shutdown timeout passed (the
+/// connection closes after it: hyper ends every connection's keep-alive once shutdown begins).
+fn not_run_before_shutdown() -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "server shutting down: the request was not answered within the shutdown timeout (--shutdown-timeout, DECIDER_SHUTDOWN_TIMEOUT); retry later",
+    )
+}
+
+/// What planning a request holds, reserved in the memory budget before each text is tokenized
+/// and each row kept; a question text too long for any row is refused before it is tokenized.
+struct PlanningMemory {
+    memory: Reservation,
+    limits: Limits,
+    /// The server's answer to the refusal that stopped planning.
+    refusal: Option<ApiError>,
+}
+
+impl PlanBudget for PlanningMemory {
+    fn reserve(&mut self, peak_bytes: usize, row_text_bytes: usize) -> Result<(), DeciderError> {
+        let limit = self.limits.max_row_tokens;
+        let result = if row_text_bytes / MAX_TOKEN_BYTES > limit {
+            let message = format!(
+                "too many tokens: a question's text of {row_text_bytes} bytes is more than {limit} tokens, the limit per row (DECIDER_MAX_ROW_TOKENS)"
+            );
+            Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, message))
+        } else {
+            self.memory.grow_to(peak_bytes, "tokenizing its texts and building its rows")
+        };
+        result.map_err(|refusal| {
+            let message = refusal.1.as_str().unwrap_or_default().to_string();
+            self.refusal = Some(refusal);
+            DeciderError::TooLarge(message)
+        })
     }
 }
 

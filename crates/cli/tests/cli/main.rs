@@ -6,3 +6,4 @@
 mod commands;
 mod forward_command;
 mod serve;
+mod serve_budget;

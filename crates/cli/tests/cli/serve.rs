@@ -355,7 +355,7 @@ fn size_limits_give_413_and_a_long_state_is_truncated() {
 
 /// The server's peak resident memory in bytes.
 #[cfg(target_os = "linux")]
-fn peak_resident_bytes(server: &Server) -> u64 {
+pub(crate) fn peak_resident_bytes(server: &Server) -> u64 {
     server.memory_bytes("VmHWM:").expect("a VmHWM line in /proc/<pid>/status")
 }
 
@@ -443,15 +443,17 @@ fn bodies_are_parsed_within_the_memory_budget() {
     );
 
     // A body that could never fit is a 413 that says so; the server lives on.
-    let tight = Server::start(DECIDER, &["--max-memory", "64"]);
+    let tight = Server::start(DECIDER, &["--max-memory", "256"]);
     let (status, response) = tight.post("/v1/systemone", &body);
     assert_eq!(status, 413, "{response}");
     let detail = response["detail"].as_str().unwrap();
     assert!(
         detail.starts_with("request too large for memory: its body and parsed JSON needs")
-            && detail.ends_with("the limit is 64 MiB (--max-memory, DECIDER_MAX_MEMORY)"),
+            && detail.ends_with("the limit is 256 MiB (--max-memory, DECIDER_MAX_MEMORY)"),
         "{detail}"
     );
+    // (Its 32,768-token prefix is tokenized within the budget too: 256 KiB of text, reserved at
+    // 512 bytes per byte.)
     let text = json!({"state": "word ".repeat(600_000), "questions": {"q": {"type": "noul", "instructions": "Long?"}}})
         .to_string();
     assert_eq!(tight.post("/v1/systemone", &text).0, 200, "3 MB of text parses to its own size and fits");
@@ -478,16 +480,17 @@ fn queued_rows_and_their_working_memory_are_held_in_the_memory_budget() {
     let questions: serde_json::Map<String, Value> = (0..100)
         .map(|i| (format!("q{i}"), json!({"type": "noul", "instructions": format!("Is fact {i} true?")})))
         .collect();
-    let body = json!({"state": "word ".repeat(3000), "questions": questions}).to_string();
+    // A digit is a token: 3,000 tokens in 3,000 bytes, little to tokenize (1.5 MiB reserved).
+    let body = json!({"state": "7".repeat(3000), "questions": questions}).to_string();
     assert!(body.len() < 64 << 10, "a body of {} bytes", body.len());
     // 100 rows of over 3,000 tokens: over 1.2 MB of token ids.
-    let small = Server::start(DECIDER, &["--max-memory", "1"]);
+    let small = Server::start(DECIDER, &["--max-memory", "4"]);
     let (status, response) = small.post("/v1/systemone", &body);
     assert_eq!(status, 413, "{response}");
     let detail = response["detail"].as_str().unwrap();
     let prefix = "request too large for memory: the plan of its rows and questions (2 MiB) with the model's working memory for them (";
     assert!(
-        detail.starts_with(prefix) && detail.ends_with("the limit is 1 MiB (--max-memory, DECIDER_MAX_MEMORY)"),
+        detail.starts_with(prefix) && detail.ends_with("the limit is 4 MiB (--max-memory, DECIDER_MAX_MEMORY)"),
         "{detail}"
     );
     let needed: String = detail.split(" needs ").nth(1).unwrap().chars().take_while(char::is_ascii_digit).collect();
@@ -507,10 +510,12 @@ fn queued_rows_and_their_working_memory_are_held_in_the_memory_budget() {
 /// one is answered by the same server.
 #[test]
 fn a_request_whose_working_memory_exceeds_the_budget_is_refused_before_it_runs() {
+    // A digit is a token: tokenizing the 40 KB state is reserved at 20 MiB, within the budget;
+    // the model's working memory for its 32,768 tokens is not.
     let server = Server::start(DECIDER, &["--max-memory", "32"]);
     let question = json!({"q": {"type": "noul", "instructions": "Long?"}});
     let (status, response) =
-        server.post("/v1/systemone", &json!({"state": "word ".repeat(40_000), "questions": question}).to_string());
+        server.post("/v1/systemone", &json!({"state": "7".repeat(40_000), "questions": question}).to_string());
     assert_eq!(status, 413, "{response}");
     let detail = response["detail"].as_str().unwrap();
     assert!(
@@ -671,7 +676,7 @@ fn assert_close(a: &Value, b: &Value, tolerance: f64, at: &str) {
 }
 
 /// `/stats` once `done` holds of it; panics after a minute.
-fn wait_for_stats(server: &Server, done: impl Fn(&Value) -> bool) -> Value {
+pub(crate) fn wait_for_stats(server: &Server, done: impl Fn(&Value) -> bool) -> Value {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
         let (_, stats) = server.get("/stats");
@@ -774,7 +779,7 @@ fn sigterm_finishes_in_bounded_time_while_a_client_holds_half_a_request() {
 }
 
 /// Writes `request` on a fresh connection and returns what the server answers.
-fn raw_exchange(server: &Server, request: &str) -> String {
+pub(crate) fn raw_exchange(server: &Server, request: &str) -> String {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(server.address()).expect("connect");
     stream.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();

@@ -2,12 +2,14 @@
 //! tokens equal those of the whole state cut at the cap (`encode("Context:\n" + state)[:cap]`,
 //! what decider-ai 1.10.0 computes), over texts that stress where the prefix may be cut:
 //! prose, JSON with annotated lists, CJK without spaces, combining marks, Hangul jamo, emoji,
-//! digit runs, whitespace runs, punctuation runs and one unbroken run of letters.
+//! digit runs, whitespace runs, punctuation runs and unbroken runs (of letters, of one letter, of
+//! one symbol, of an unassigned character) that the tokenizer's pre-split cannot break.
 
-use decider::Tokenizer;
+use decider::plan_budget::{MAX_TOKEN_BYTES, PlanBudget, TOKENIZER_BYTES_PER_BYTE};
 use decider::prompt::{PlanOptions, context_ids, plan};
 use decider::python_json::Json;
 use decider::state::render_state;
+use decider::{DeciderError, Meter, Tokenizer};
 use serde_json::{Value, json};
 
 fn texts() -> Vec<(&'static str, String)> {
@@ -21,11 +23,14 @@ fn texts() -> Vec<(&'static str, String)> {
         ("whitespace", "a  \n\n   \t b\r\n  \n ".repeat(900)),
         ("punctuation", "--==!!??;;::,,..//**".repeat(700)),
         ("letters", "abcdefghij".repeat(3000)),
+        ("one letter", "x".repeat(40_000)),
+        ("one symbol", "=".repeat(60_000)),
+        ("unassigned", "\u{10FFFF}".repeat(20_000)),
     ]
 }
 
 fn whole(tokenizer: &Tokenizer, rendered: &str, cap: usize) -> Vec<u32> {
-    let mut ids = tokenizer.encode(&format!("Context:\n{rendered}"));
+    let mut ids = tokenizer.encode(&format!("Context:\n{rendered}")).unwrap();
     ids.truncate(cap);
     ids
 }
@@ -35,7 +40,7 @@ fn a_text_state_cut_at_its_cap_equals_the_whole_text_cut() {
     let tokenizer = Tokenizer::test_tokenizer();
     for (name, text) in texts() {
         for cap in [1, 7, 150, 333, 1000] {
-            let capped = context_ids(&tokenizer, &text, cap);
+            let capped = context_ids(&mut Meter::unbounded(&tokenizer), &text, cap).unwrap();
             assert_eq!(capped.len(), cap.min(whole(&tokenizer, &text, usize::MAX).len()), "{name} cap {cap}");
             assert_eq!(capped, whole(&tokenizer, &text, cap), "{name} cap {cap}");
         }
@@ -58,10 +63,52 @@ fn a_json_state_cut_at_its_cap_equals_the_whole_rendering_cut() {
         let rendered = render_state(state);
         for cap in [3, 200, 777] {
             let options = PlanOptions { max_state_tokens: cap, ..PlanOptions::default() };
-            let planned = plan(&tokenizer, state, question.as_dict().unwrap(), options).unwrap();
+            let planned = plan(&mut Meter::unbounded(&tokenizer), state, question.as_dict().unwrap(), options).unwrap();
             let expected = whole(&tokenizer, &rendered, cap);
             assert_eq!(planned.context_len, expected.len(), "state {n} cap {cap}");
             assert_eq!(planned.rows[0].ids[..planned.context_len], expected[..], "state {n} cap {cap}");
         }
     }
+}
+
+/// The most a plan held at once: that of tokenizing its longest text.
+#[derive(Default)]
+struct Peak(usize);
+
+impl PlanBudget for Peak {
+    fn reserve(&mut self, peak_bytes: usize, _row_text_bytes: usize) -> Result<(), DeciderError> {
+        self.0 = self.0.max(peak_bytes);
+        Ok(())
+    }
+}
+
+/// A huge state that the pre-split cannot break is tokenized only as far as its cap needs: what
+/// is tokenized at once stays within the bytes `cap + 256` tokens can span, however long it is.
+#[test]
+fn an_unbreakable_state_is_tokenized_within_its_cap() {
+    let tokenizer = Tokenizer::test_tokenizer();
+    for (name, text) in [("one letter", "x".repeat(24 << 20)), ("unassigned", "\u{10FFFF}".repeat(6 << 20))] {
+        for cap in [100, 2000] {
+            let mut peak = Peak::default();
+            let ids = context_ids(&mut Meter::new(&tokenizer, &mut peak), &text, cap).unwrap();
+            assert_eq!(ids.len(), cap, "{name} cap {cap}");
+            let bound = ((cap + 256) * MAX_TOKEN_BYTES + 1024) * TOKENIZER_BYTES_PER_BYTE;
+            assert!(peak.0 <= bound, "{name} cap {cap}: {} bytes at once, bound {bound}", peak.0);
+        }
+    }
+}
+
+/// A budget's refusal stops planning and is its result.
+#[test]
+fn a_budget_refusal_is_the_plans_error() {
+    struct Refuse;
+    impl PlanBudget for Refuse {
+        fn reserve(&mut self, peak_bytes: usize, _: usize) -> Result<(), DeciderError> {
+            Err(DeciderError::TooLarge(format!("{peak_bytes} bytes")))
+        }
+    }
+    let tokenizer = Tokenizer::test_tokenizer();
+    let error = context_ids(&mut Meter::new(&tokenizer, &mut Refuse), "a state", 10).unwrap_err();
+    let expected = format!("{} bytes", 16 * TOKENIZER_BYTES_PER_BYTE);
+    assert!(matches!(&error, DeciderError::TooLarge(m) if *m == expected), "{error}");
 }

@@ -7,7 +7,7 @@ use decider::prompt::plan;
 use decider::python_json::Json;
 use decider::readout::probabilities;
 use decider::state::render_state;
-use decider::{DeciderConfig, PlanOptions, Prompter, SystemOneRequest, Tokenizer};
+use decider::{DeciderConfig, Meter, PlanOptions, Prompter, SystemOneRequest, Tokenizer};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -94,7 +94,7 @@ fn prompt_rows_equal_the_reference() {
     for case in &cases {
         let name = case["name"].as_str().unwrap();
         let (state, questions) = (Json::from(case["state"].clone()), Json::from(case["questions"].clone()));
-        let result = plan(&tokenizer, &state, questions.as_dict().unwrap(), options(case));
+        let result = plan(&mut Meter::unbounded(&tokenizer), &state, questions.as_dict().unwrap(), options(case));
         match (case.get("error"), result) {
             (Some(expected), Err(e)) if e.to_string() == expected.as_str().unwrap() => refused += 1,
             (Some(expected), other) => {
@@ -137,7 +137,7 @@ fn answers_equal_the_reference() {
         let name = case["name"].as_str().unwrap();
         let questions = Json::from(case["questions"].clone());
         let plan = plan(
-            &tokenizer,
+            &mut Meter::unbounded(&tokenizer),
             &Json::from(""),
             questions.as_dict().unwrap(),
             PlanOptions { max_state_tokens: 32768, ..options(case) },
