@@ -268,3 +268,71 @@ fn absurd_config_values_name_the_field_before_any_allocation() {
         );
     }
 }
+
+/// Every file a load reads whole must be a regular file within its size bound, checked before it
+/// is read: a link to `/dev/zero` would otherwise be read until memory runs out.
+#[cfg(unix)]
+#[test]
+fn special_and_oversized_model_files_are_refused_before_they_are_read() {
+    for file in ["config.json", "decider_config.json", "tokenizer.json", "model.safetensors"] {
+        let dir = dense_copy();
+        std::fs::write(dir.path().join("tokenizer.json"), decider::Tokenizer::test_tokenizer_json()).unwrap();
+        let path = dir.path().join(file);
+        let _ = std::fs::remove_file(&path);
+        std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+        let message = match decider::Decider::<B>::load(dir.path(), &Default::default()) {
+            Ok(_) => panic!("{file} as /dev/zero loads"),
+            Err(error) => with_sources(&error),
+        };
+        assert!(
+            message.contains(&path.display().to_string()) && message.contains("not a regular file"),
+            "{file}: {message}"
+        );
+    }
+    // A config of 2 MB (a junk key of that size) is over the 1 MiB a config may have.
+    let dir = dense_copy();
+    let path = dir.path().join("config.json");
+    let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    config["junk"] = serde_json::Value::String("j".repeat(2_000_000));
+    std::fs::write(&path, config.to_string()).unwrap();
+    let message = load_error(dir.path());
+    assert!(message.contains("over the 1048576 bytes such a file may have"), "{message}");
+}
+
+/// `decider quantize` writes its folder under a temporary name and renames it when complete: a
+/// run that fails leaves nothing, and a folder it cannot write is named as one it cannot write.
+#[test]
+fn a_failed_quantize_leaves_no_partial_folder() {
+    use qwen35::WeightFormat;
+    let device = Default::default();
+    let parent = tempfile::tempdir().unwrap();
+    let out = parent.path().join("q8");
+    // A NaN in the embedding fails the run after the folder's other files are written.
+    let nan = integration_tests::dense_with_vocab(4096, Some(70_001));
+    let error = qwen35::quantize::quantize_folder::<B>(nan.path(), &out, WeightFormat::Q8, &device).unwrap_err();
+    assert!(error.to_string().contains("NaN or infinite"), "{error}");
+    let left: Vec<_> = std::fs::read_dir(parent.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    let source = integration_tests::dense_with_vocab(4096, None);
+    qwen35::quantize::quantize_folder::<B>(source.path(), &out, WeightFormat::Q8, &device).unwrap();
+    let left: Vec<_> = std::fs::read_dir(parent.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, ["q8"]);
+    assert!(out.join("model.safetensors.index.json").is_file() && out.join("config.json").is_file());
+    // A folder under a regular file cannot be written.
+    let file = parent.path().join("a file");
+    std::fs::write(&file, "").unwrap();
+    let error =
+        qwen35::quantize::quantize_folder::<B>(source.path(), &file.join("q8"), WeightFormat::Q8, &device).unwrap_err();
+    assert!(error.to_string().starts_with("cannot write"), "{error}");
+}
+
+/// An error's message followed by each of its sources'.
+fn with_sources(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    message
+}

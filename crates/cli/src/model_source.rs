@@ -201,6 +201,7 @@ mod hub {
 
     use anyhow::Context;
     use hf_hub::api::sync::Api;
+    use qwen35::model_file::{INDEX_BYTES, read_bounded_text};
 
     /// The snapshot folder of `id` with its tokenizer and configs, and the weights if asked.
     pub fn download(id: &str, weights: bool) -> anyhow::Result<PathBuf> {
@@ -214,7 +215,7 @@ mod hub {
         if weights {
             match repo.get("model.safetensors.index.json") {
                 Ok(index) => {
-                    let index: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&index)?)?;
+                    let index: serde_json::Value = serde_json::from_str(&read_bounded_text(&index, INDEX_BYTES)?)?;
                     let mut shards: Vec<&str> = index["weight_map"]
                         .as_object()
                         .context("weight_map in the index")?

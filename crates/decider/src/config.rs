@@ -1,6 +1,7 @@
 //! `decider_config.json` of a model folder: name, temperatures and prompt
 //! switches, validated as decider-ai 1.10.0 validates them (`temperature.from_config`).
 
+use qwen35::model_file::{CONFIG_BYTES, read_bounded_text};
 use std::path::Path;
 
 use crate::error::DeciderError;
@@ -63,7 +64,8 @@ impl DeciderConfig {
         if !path.exists() {
             return Ok(Self::default());
         }
-        let text = std::fs::read_to_string(&path).map_err(|e| DeciderError::Io { path: path.clone(), source: e })?;
+        let text =
+            read_bounded_text(&path, CONFIG_BYTES).map_err(|e| DeciderError::Io { path: path.clone(), source: e })?;
         Self::from_json(&text).map_err(|e| e.in_file(&path))
     }
 

@@ -1,6 +1,7 @@
 //! The model folder's `tokenizer.json` through the `tokenizers` crate, and the option-label table
 //! built from it (A..Z, then single-token two-letter labels).
 
+use qwen35::model_file::{TOKENIZER_BYTES, read_bounded};
 use std::io::Read;
 use std::path::Path;
 
@@ -42,7 +43,8 @@ impl Tokenizer {
     /// Loads `tokenizer.json`.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, DeciderError> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|e| DeciderError::Io { path: path.into(), source: e })?;
+        let bytes =
+            read_bounded(path, TOKENIZER_BYTES).map_err(|e| DeciderError::Io { path: path.into(), source: e })?;
         Self::from_json_bytes(&bytes).map_err(|e| e.in_file(path))
     }
 

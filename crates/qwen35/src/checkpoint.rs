@@ -5,6 +5,7 @@
 //! Nothing is copied into RAM until a tensor is read, and then only that tensor: a checkpoint
 //! larger than memory can be opened, and loading holds the model plus one tensor in flight.
 
+use crate::model_file::{INDEX_BYTES, check_regular, read_bounded_text};
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
 use std::path::{Component, Path, PathBuf};
@@ -60,7 +61,7 @@ impl Checkpoint {
     /// Opens a sharded checkpoint from its index; every tensor the index lists must be in the
     /// shard it names.
     pub fn open_index(index_path: &Path) -> Result<Self, LoadError> {
-        let text = std::fs::read_to_string(index_path)
+        let text = read_bounded_text(index_path, INDEX_BYTES)
             .map_err(|cause| LoadError::Io { path: index_path.to_path_buf(), cause })?;
         let index: ShardIndex = serde_json::from_str(&text)
             .map_err(|e| LoadError::Index { path: index_path.to_path_buf(), reason: e.to_string() })?;
@@ -101,6 +102,7 @@ impl Checkpoint {
         let mut stored_format = None;
         for path in paths {
             let file = File::open(path).map_err(|cause| LoadError::Io { path: path.clone(), cause })?;
+            check_regular(&file, u64::MAX).map_err(|cause| LoadError::Io { path: path.clone(), cause })?;
             // SAFETY: the map is read-only; as with every mmap-based loader, the file must not be
             // truncated or rewritten by another process while the checkpoint is open.
             let map = unsafe { Mmap::map(&file) }.map_err(|cause| LoadError::Io { path: path.clone(), cause })?;

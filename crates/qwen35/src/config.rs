@@ -5,6 +5,7 @@
 //! (`qwen3_5_text` / `qwen3_5_moe_text`). Both are accepted. Defaults are those of transformers
 //! 5.23.0's `Qwen3_5TextConfig` / `Qwen3_5MoeTextConfig`.
 
+use crate::model_file::{CONFIG_BYTES, read_bounded_text};
 use std::path::Path;
 
 use serde::Deserialize;
@@ -108,8 +109,8 @@ impl Qwen35Config {
     /// Reads and validates `config.json` (flat or composite).
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
         let path = path.as_ref();
-        let text =
-            std::fs::read_to_string(path).map_err(|cause| ConfigError::Io { path: path.to_path_buf(), cause })?;
+        let text = read_bounded_text(path, CONFIG_BYTES)
+            .map_err(|cause| ConfigError::Io { path: path.to_path_buf(), cause })?;
         Self::from_json(&text)
     }
 

@@ -22,6 +22,8 @@ pub enum LoadError {
     Config(#[from] ConfigError),
     #[error("cannot read {path}: {cause}")]
     Io { path: PathBuf, cause: std::io::Error },
+    #[error("cannot write {path}: {cause}")]
+    Write { path: PathBuf, cause: std::io::Error },
     #[error("{path} is not a valid safetensors file (truncated or corrupt?): {reason}")]
     Corrupt { path: PathBuf, reason: String },
     #[error("invalid shard index {path}: {reason}")]

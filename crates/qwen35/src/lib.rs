@@ -19,6 +19,7 @@ pub mod format;
 mod memory;
 pub mod mlp;
 pub mod model;
+pub mod model_file;
 pub mod moe;
 pub mod norm;
 pub mod projection;

@@ -11,7 +11,8 @@
 //! Tensors the model does not read (a vision tower, MTP) are left out. The tensors are read by
 //! the loader itself (`CheckpointFiller::writing_to`), so a quantized folder holds exactly the
 //! blocks a load would make. Writing holds at most a shard (`shards.rs`) and one tensor,
-//! twice (as read, and as the bytes to write).
+//! twice (as read, and as the bytes to write). The folder is written under a temporary name
+//! beside `out` and renamed to `out` once complete: a failed run leaves no partial folder.
 
 use std::path::Path;
 
@@ -25,8 +26,8 @@ use crate::weight_format::{FormatOps, WeightFormat};
 use crate::weights::CheckpointFiller;
 
 /// Writes the model folder `dir` with its weights in `weights` (any format but f32) to the folder
-/// `out` (created if needed; files of the same names are replaced). Returns the number of
-/// tensors written. `B` only types the lazily built model: nothing is allocated on it.
+/// `out`, which must not exist or be empty. Returns the number of tensors written. `B` only
+/// types the lazily built model: nothing is allocated on it.
 pub fn quantize_folder<B: FormatOps>(
     dir: &Path,
     out: &Path,
@@ -47,20 +48,41 @@ pub fn quantize_folder<B: FormatOps>(
     }
     let config = Qwen35Config::from_file(dir.join("config.json"))?;
     let checkpoint = Checkpoint::open_dir(dir)?;
-    std::fs::create_dir_all(out).map_err(io(out))?;
-    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
-        let path = entry.map_err(io(dir))?.path();
-        let name = path.file_name().and_then(|name| name.to_str()).unwrap_or_default();
-        let weights_file = name.ends_with(".safetensors") || name == "model.safetensors.index.json";
-        if path.is_file() && !weights_file {
-            std::fs::copy(&path, out.join(name)).map_err(io(&path))?;
+    let partial = partial_folder(out);
+    let written = (|| {
+        std::fs::create_dir_all(&partial).map_err(write(&partial))?;
+        for entry in std::fs::read_dir(dir).map_err(io(dir))? {
+            let path = entry.map_err(io(dir))?.path();
+            let name = path.file_name().and_then(|name| name.to_str()).unwrap_or_default();
+            let weights_file = name.ends_with(".safetensors") || name == "model.safetensors.index.json";
+            if path.is_file() && !weights_file {
+                let copy = std::fs::read(&path).map_err(io(&path))?;
+                std::fs::write(partial.join(name), copy).map_err(write(&partial.join(name)))?;
+            }
         }
+        let mut writer = ShardWriter::new(&partial, weights);
+        let mut filler = CheckpointFiller::<B>::new(&checkpoint, device)?.writing_to(&mut writer);
+        let _unfilled = config.init_with_weights::<B>(weights, device).map(&mut filler);
+        if let Some(error) = filler.error {
+            return Err(error);
+        }
+        let tensors = writer.finish()?;
+        std::fs::rename(&partial, out).map_err(write(out))?;
+        Ok(tensors)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_dir_all(&partial);
     }
-    let mut writer = ShardWriter::new(out, weights);
-    let mut filler = CheckpointFiller::<B>::new(&checkpoint, device)?.writing_to(&mut writer);
-    let _unfilled = config.init_with_weights::<B>(weights, device).map(&mut filler);
-    if let Some(error) = filler.error {
-        return Err(error);
-    }
-    writer.finish()
+    written
+}
+
+/// The temporary folder `out` is written as: a hidden name beside it, unique to this process.
+fn partial_folder(out: &Path) -> std::path::PathBuf {
+    let name = out.file_name().map_or("quantized".into(), |name| name.to_string_lossy());
+    out.with_file_name(format!(".{name}.partial-{}", std::process::id()))
+}
+
+fn write(path: &Path) -> impl FnOnce(std::io::Error) -> LoadError {
+    let path = path.to_path_buf();
+    move |cause| LoadError::Write { path, cause }
 }

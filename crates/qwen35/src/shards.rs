@@ -72,7 +72,7 @@ impl ShardWriter {
             )
         });
         safetensors::serialize_to_file(views, Some(self.metadata()), &path)
-            .map_err(|e| LoadError::Io { path: path.clone(), cause: std::io::Error::other(e) })?;
+            .map_err(|e| LoadError::Write { path: path.clone(), cause: std::io::Error::other(e) })?;
         for (name, ..) in self.pending.drain(..) {
             self.weight_map.insert(name, file.clone());
         }
@@ -86,7 +86,7 @@ impl ShardWriter {
         let path = self.out.join("model.safetensors.index.json");
         let index = serde_json::json!({"metadata": self.metadata(), "weight_map": self.weight_map});
         std::fs::write(&path, serde_json::to_string_pretty(&index).expect("an index is JSON"))
-            .map_err(|cause| LoadError::Io { path, cause })?;
+            .map_err(|cause| LoadError::Write { path, cause })?;
         Ok(self.weight_map.len())
     }
 }
