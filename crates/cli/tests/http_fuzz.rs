@@ -1,7 +1,8 @@
 //! HTTP fuzzing of the real `decider serve` on loopback: thousands of generated requests
 //! (malformed, truncated and non-UTF-8 bodies, wrong types, extreme numbers, near-valid
 //! questions, odd methods, paths and content types) while other clients send half requests,
-//! send slowly and hang up. Every answer must be JSON with a documented status (never a 500),
+//! send slowly and hang up, send megabytes of the tokenizer's costliest texts, and open bursts of
+//! connections that hold half a head or a declared body. Every answer must be JSON with a documented status (never a 500),
 //! the server must log no panic, and afterwards it must answer as before, holding no rows or
 //! memory.
 //!
@@ -129,13 +130,71 @@ fn misbehave(address: &str, stop: &AtomicBool) -> usize {
     sent
 }
 
+/// Texts of `bytes` bytes in the shapes that cost the tokenizer most: digits (one token per
+/// byte), one letter and one unassigned character (runs its pre-split cannot break).
+fn costly_text(shape: usize, bytes: usize) -> String {
+    let unit = ["1234567890", "x", "\u{10FFFF}"][shape % 3];
+    unit.repeat(bytes / unit.len())
+}
+
+/// Clients that send what costs the server most until `stop`, each answer's status checked as
+/// the fuzzer's: question texts, `/decide` options and states of up to megabytes of the
+/// tokenizer's costliest shapes, and bursts of 200 connections that hold half a head or a 1 KB
+/// start of a declared 64 MiB body. Returns the statuses, and the connections of the bursts.
+fn heavy(address: &str, stop: &AtomicBool) -> (std::collections::BTreeMap<u16, usize>, usize) {
+    let agent = ureq::AgentBuilder::new().max_idle_connections(0).timeout(Duration::from_secs(120)).build();
+    let (mut statuses, mut held) = (std::collections::BTreeMap::new(), 0);
+    let mut sent = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let text = costly_text(sent, [16 << 10, 256 << 10, 1 << 20, 3 << 20][sent / 3 % 4]);
+        let (path, body) = match sent % 4 {
+            0 => ("/v1/systemone", json!({"state": "s", "questions": {"q": {"type": "noul", "instructions": text}}})),
+            1 => {
+                ("/v1/systemone", json!({"state": text, "questions": {"q": {"type": "noul", "instructions": "Long?"}}}))
+            }
+            2 => ("/decide", json!({"context": "c", "schema": {"Pick?": {"type": "choice", "options": ["a", text]}}})),
+            _ => {
+                let partial = [
+                    "GET /health HTTP/1.1\r\nhost: x\r\nx-long: hhhhhhhhhhhhhhhh".to_string(),
+                    format!(
+                        "POST /v1/systemone HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{{\"state\": \"{}",
+                        64 << 20,
+                        "a".repeat(1000)
+                    ),
+                ];
+                let burst: Vec<_> = (0..200)
+                    .filter_map(|i| {
+                        let mut stream = std::net::TcpStream::connect(address).ok()?;
+                        stream.write_all(partial[i % 2].as_bytes()).ok()?;
+                        Some(stream)
+                    })
+                    .collect();
+                held += burst.len();
+                std::thread::sleep(Duration::from_millis(200));
+                sent += 1;
+                continue;
+            }
+        };
+        let answer = agent.post(&format!("http://{address}{path}")).send_string(&body.to_string());
+        let (status, response) = read(answer);
+        assert!(DOCUMENTED.contains(&status), "{path} of a {} byte text -> {status} {response}", text.len());
+        *statuses.entry(status).or_default() += 1;
+        sent += 1;
+    }
+    (statuses, held)
+}
+
 #[test]
 fn generated_requests_get_documented_answers_and_the_server_lives_on() {
     let cases = std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(2000);
     // Timeouts short enough that the misbehaving clients' connections close during the run,
     // long enough that a request of the fuzzer, slowed by the model on a loaded machine, is not
     // cut off mid-body (tests/cli/serve.rs tests the timeouts themselves).
-    let server = Server::start(DECIDER, &["--max-state-tokens", "64", "--header-timeout", "5", "--body-timeout", "20"]);
+    // The memory budget at 1 GiB, so that the costly texts are refused (413, 503) as well as run.
+    let server = Server::start(
+        DECIDER,
+        &["--max-state-tokens", "64", "--header-timeout", "5", "--body-timeout", "20", "--max-memory", "1024"],
+    );
     // A fresh connection per request: a pooled one the server has closed would fail the next
     // POST on the client's side (ureq does not retry POSTs), which says nothing of the server.
     let agent = ureq::AgentBuilder::new().max_idle_connections(0).build();
@@ -147,8 +206,9 @@ fn generated_requests_get_documented_answers_and_the_server_lives_on() {
     assert_eq!(status, 200, "{before}");
 
     let stop = AtomicBool::new(false);
-    let (answered, misbehaved) = std::thread::scope(|scope| {
+    let (answered, misbehaved, (costly, held)) = std::thread::scope(|scope| {
         let bad_clients: Vec<_> = (0..2).map(|_| scope.spawn(|| misbehave(server.address(), &stop))).collect();
+        let heavy_client = scope.spawn(|| heavy(server.address(), &stop));
         let statuses = std::sync::Mutex::new(std::collections::BTreeMap::<u16, usize>::new());
         let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
         let result = runner.run(&request(), |(method, path, content_type, body)| {
@@ -167,12 +227,15 @@ fn generated_requests_get_documented_answers_and_the_server_lives_on() {
         });
         stop.store(true, Ordering::Relaxed);
         let misbehaved: usize = bad_clients.into_iter().map(|c| c.join().unwrap()).sum();
+        let heavy = heavy_client.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         if let Err(failure) = result {
             panic!("{failure}");
         }
-        (statuses.into_inner().unwrap(), misbehaved)
+        (statuses.into_inner().unwrap(), misbehaved, heavy)
     });
     println!("{cases} generated requests, by status: {answered:?}; {misbehaved} misbehaving connections beside them");
+    println!("costly texts, by status: {costly:?}; {held} connections held in bursts");
+    assert!(costly.values().sum::<usize>() > 0, "the costly texts were sent");
     assert!(
         answered.get(&200).is_some_and(|&n| n > cases as usize / 20),
         "the generators reach the model: {answered:?}"
