@@ -1,6 +1,8 @@
 //! The pieces of the `decider` binary that other tools reuse (`cargo xtask jevbench`): the
-//! backends of this build and the dispatch to them, `--model` sources, and the HTTP server.
+//! backends of this build and the dispatch to them, `--model` sources (and the guard while a
+//! folder is read), and the HTTP server.
 
 pub mod backend;
+pub mod folder_guard;
 pub mod model_source;
 pub mod serve;

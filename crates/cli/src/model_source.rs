@@ -9,6 +9,8 @@ use std::str::FromStr;
 
 use anyhow::Context;
 use decider::{Decider, Prompter, demo};
+
+use crate::folder_guard::reading_folder;
 use qwen35::{Qwen35Config, Qwen35Model, Qwen35Ops, WeightChoice, WeightFormat};
 
 /// `--weights`: the format the projections, experts and token tables are held in (`docs/weights.md`
@@ -107,7 +109,7 @@ impl ModelSource {
                 return Ok(Decider::build(|| Ok(Prompter::demo()), network, device, self.to_string())?);
             }
         };
-        Decider::load_with_weights(&dir, weights, device)
+        reading_folder(&dir, || Decider::load_with_weights(&dir, weights, device))
             .with_context(|| format!("loading the model in {}", dir.display()))
     }
 
@@ -124,7 +126,7 @@ impl ModelSource {
                 return Ok((config, model));
             }
         };
-        qwen35::load_model_with_weights(&dir, weights, device)
+        reading_folder(&dir, || qwen35::load_model_with_weights(&dir, weights, device))
             .with_context(|| format!("loading the model in {}", dir.display()))
     }
 

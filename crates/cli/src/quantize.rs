@@ -7,6 +7,7 @@ use anyhow::{Context, bail};
 use qwen35::{Qwen35Ops, WeightFormat};
 
 use decider_cli::backend::GenericTask;
+use decider_cli::folder_guard::reading_folder;
 use decider_cli::model_source::ModelSource;
 
 #[derive(clap::Args)]
@@ -38,7 +39,7 @@ impl GenericTask for &QuantizeArgs {
         if self.out.read_dir().is_ok_and(|mut entries| entries.next().is_some()) {
             bail!("{} is not empty: quantize writes a new folder", self.out.display());
         }
-        let tensors = qwen35::quantize::quantize_folder::<B>(&dir, &self.out, self.to, device)
+        let tensors = reading_folder(&dir, || qwen35::quantize::quantize_folder::<B>(&dir, &self.out, self.to, device))
             .with_context(|| format!("quantizing the model in {}", dir.display()))?;
         println!("wrote {tensors} tensors in {} to {}", self.to, self.out.display());
         Ok(())

@@ -362,3 +362,83 @@ fn resident_memory_stays_within_the_budget_at_256_and_1000_clients() {
         "{stats}"
     );
 }
+
+/// A model folder whose embedding (4M x 32 in f32, 512 MiB of zeros stored as a hole) is the last
+/// tensor of its shard, so that a load spends its first second reading it.
+fn folder_with_a_long_read() -> tempfile::TempDir {
+    const VOCAB: usize = 4 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = integration_tests::fixture_path("dense/save_pretrained");
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture.join("config.json")).unwrap()).unwrap();
+    config["vocab_size"] = VOCAB.into();
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    std::fs::write(dir.path().join("tokenizer.json"), decider::Tokenizer::test_tokenizer_json()).unwrap();
+    let bytes = std::fs::read(fixture.join("model.safetensors")).unwrap();
+    let tensors = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    // Offsets count from the end of the header: the fixture's other tensors, then the embedding.
+    let (mut header, mut data) = (serde_json::Map::new(), Vec::new());
+    let mut embedding = None;
+    for (name, view) in tensors.tensors() {
+        if name.ends_with("embed_tokens.weight") {
+            embedding = Some((name, view.shape()[1]));
+            continue;
+        }
+        let offsets = [data.len(), data.len() + view.data().len()];
+        header.insert(name, json!({"dtype": view.dtype(), "shape": view.shape(), "data_offsets": offsets}));
+        data.extend_from_slice(view.data());
+    }
+    let (name, hidden) = embedding.expect("an embedding");
+    let end = data.len() + VOCAB * hidden * 4;
+    header.insert(name, json!({"dtype": "F32", "shape": [VOCAB, hidden], "data_offsets": [data.len(), end]}));
+    let mut header = serde_json::to_vec(&header).unwrap();
+    header.resize(header.len().next_multiple_of(8), b' ');
+    let mut file = std::fs::File::create(dir.path().join("model.safetensors")).unwrap();
+    file.write_all(&(header.len() as u64).to_le_bytes()).unwrap();
+    file.write_all(&header).unwrap();
+    file.write_all(&data).unwrap();
+    // The embedding's bytes: a hole, read as zeros.
+    file.set_len((8 + header.len() + end) as u64).unwrap();
+    dir
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_folder_truncated_while_it_loads_is_reported() {
+    let folder = folder_with_a_long_read();
+    let shard = folder.path().join("model.safetensors");
+    let mut child = Command::new(DECIDER)
+        .args(["serve", "--model", folder.path().to_str().unwrap(), "--addr", "127.0.0.1:0", "--weights", "f32"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Truncated once the embedding's read is under way (the process holds 300 MiB more: more
+    // than the tokenizer and the rest of a server take, about 210 MiB on the demo model, less
+    // than the 512 MiB embedding).
+    let pid = child.id().to_string();
+    let resident = || integration_tests::process_memory_bytes(&pid, "VmRSS:").unwrap_or(0);
+    let start = resident();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while resident() < start + (300 << 20) {
+        if let Some(exit) = child.try_wait().unwrap() {
+            let mut log = String::new();
+            child.stderr.take().unwrap().read_to_string(&mut log).unwrap();
+            panic!("the server ended before its load got under way: {exit}: {log}");
+        }
+        assert!(Instant::now() < deadline, "the load never got under way");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    std::fs::OpenOptions::new().write(true).open(&shard).unwrap().set_len(1 << 20).unwrap();
+    let exit = child.wait().unwrap();
+    let mut log = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut log).unwrap();
+    assert_eq!(exit.code(), Some(1), "{exit}: {log}");
+    assert!(
+        log.contains(&format!(
+            "decider: a file of {} was truncated or changed while it was read (SIGBUS)",
+            folder.path().display()
+        )),
+        "{log}"
+    );
+}
