@@ -23,7 +23,9 @@ pub const MAX_TOKEN_BYTES: usize = 512;
 
 /// What planning asks of its caller before it allocates.
 pub trait PlanBudget {
-    /// Planning is about to hold `peak_bytes` in all. `row_text_bytes` is the length of the text
+    /// Planning is about to hold `peak_bytes` in all: what it keeps so far and the step it is
+    /// about to take (a budget holds the largest it was asked for, since steps free what they
+    /// took before the next). `row_text_bytes` is the length of the text
     /// it is about to tokenize when every token of it goes into one row (a question's piece; 0
     /// for a state's prefix, which is cut at its cap): a budget may refuse a text that must be
     /// more tokens than a row may hold (at least `row_text_bytes / MAX_TOKEN_BYTES`) before it
