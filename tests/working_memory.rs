@@ -14,8 +14,8 @@
 
 use burn::backend::NdArray;
 use decider::demo::random_model;
-use decider::plan_budget::TOKENIZER_BYTES_PER_BYTE;
-use decider::{Decider, DeciderError, Plan, PlanBudget, Prompter, Row, SystemOneRequest, Tokenizer};
+use decider::plan_budget::{PeakAsked, TOKENIZER_BYTES_PER_BYTE};
+use decider::{Decider, Plan, Prompter, Row, SystemOneRequest, Tokenizer};
 use integration_tests::counting::{Counting, peak_of};
 use integration_tests::fixture_path;
 use qwen35::{PrefillBlocks, Qwen35Config, WeightFormat};
@@ -145,17 +145,6 @@ fn tokenizing_stays_within_its_bound() {
     }
 }
 
-/// The most a plan asked of its budget.
-#[derive(Default)]
-struct Asked(usize);
-
-impl PlanBudget for Asked {
-    fn reserve(&mut self, peak_bytes: usize, _row_text_bytes: usize) -> Result<(), DeciderError> {
-        self.0 = self.0.max(peak_bytes);
-        Ok(())
-    }
-}
-
 /// What planning a request allocates stays within what it asked its budget for: requests whose
 /// question texts, options or states are the costliest text shapes, and many questions.
 #[test]
@@ -176,7 +165,7 @@ fn planning_stays_within_what_it_asks_of_its_budget() {
     requests.push(("500 questions on a long state".into(), json!("word ".repeat(40_000)), many));
     for (name, state, questions) in requests {
         let request = SystemOneRequest::new(state, questions);
-        let mut asked = Asked::default();
+        let mut asked = PeakAsked::default();
         let (plan, _, peak) = peak_of(|| prompter.plan_within(&request, &mut asked).expect("planned"));
         drop(plan);
         eprintln!("planning, {name}: allocated {peak} bytes, asked {} ({:.1}x)", asked.0, asked.0 as f64 / peak as f64);

@@ -1,8 +1,9 @@
 //! `decider_config.json` of a model folder: name, temperatures and prompt
 //! switches, validated as decider-ai 1.10.0 validates them (`temperature.from_config`).
 
-use qwen35::model_file::{CONFIG_BYTES, read_bounded_text};
 use std::path::Path;
+
+use qwen35::model_file::{CONFIG_BYTES, read_bounded_text};
 
 use crate::error::DeciderError;
 use crate::python_json::{Json, JsonMap, loads, py_repr, py_str, py_truthy, py_type_name};

@@ -33,6 +33,18 @@ pub trait PlanBudget {
     fn reserve(&mut self, peak_bytes: usize, row_text_bytes: usize) -> Result<(), DeciderError>;
 }
 
+/// A budget that refuses nothing and keeps the most planning asked for: the memory a request's
+/// planning needs, for a caller that sizes it without bounding it.
+#[derive(Debug, Default)]
+pub struct PeakAsked(pub usize);
+
+impl PlanBudget for PeakAsked {
+    fn reserve(&mut self, peak_bytes: usize, _row_text_bytes: usize) -> Result<(), DeciderError> {
+        self.0 = self.0.max(peak_bytes);
+        Ok(())
+    }
+}
+
 /// Encodes texts and builds rows, asking a [`PlanBudget`] (if any) before each allocation.
 pub struct Meter<'a> {
     tokenizer: &'a Tokenizer,

@@ -1,11 +1,11 @@
 //! The model folder's `tokenizer.json` through the `tokenizers` crate, and the option-label table
 //! built from it (A..Z, then single-token two-letter labels).
 
-use qwen35::model_file::{TOKENIZER_BYTES, read_bounded};
 use std::io::Read;
 use std::path::Path;
 
 use ahash::AHashMap;
+use qwen35::model_file::{TOKENIZER_BYTES, read_bounded};
 use serde_json::Value;
 use tokenizers::models::bpe::BPE;
 use tokenizers::{AddedToken, Model};

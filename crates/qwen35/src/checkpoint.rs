@@ -5,7 +5,6 @@
 //! Nothing is copied into RAM until a tensor is read, and then only that tensor: a checkpoint
 //! larger than memory can be opened, and loading holds the model plus one tensor in flight.
 
-use crate::model_file::{INDEX_BYTES, check_regular, read_bounded_text};
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
 use std::path::{Component, Path, PathBuf};
@@ -20,6 +19,7 @@ use serde::Deserialize;
 use decider_ops::{Half, Q4_BLOCK, Q8_BLOCK, dequantize_q4, dequantize_q8, quantize_q4_block, quantize_q8_block};
 
 use crate::error::LoadError;
+use crate::model_file::{INDEX_BYTES, check_regular, read_bounded_text};
 use crate::weight_format::WeightFormat;
 
 /// The tensors of a checkpoint, by name.
@@ -102,7 +102,7 @@ impl Checkpoint {
         let mut stored_format = None;
         for path in paths {
             let file = File::open(path).map_err(|cause| LoadError::Io { path: path.clone(), cause })?;
-            check_regular(&file, u64::MAX).map_err(|cause| LoadError::Io { path: path.clone(), cause })?;
+            check_regular(&file).map_err(|cause| LoadError::Io { path: path.clone(), cause })?;
             // SAFETY: the map is read-only; as with every mmap-based loader, the file must not be
             // truncated or rewritten by another process while the checkpoint is open.
             let map = unsafe { Mmap::map(&file) }.map_err(|cause| LoadError::Io { path: path.clone(), cause })?;

@@ -5,13 +5,13 @@
 //! (`qwen3_5_text` / `qwen3_5_moe_text`). Both are accepted. Defaults are those of transformers
 //! 5.23.0's `Qwen3_5TextConfig` / `Qwen3_5MoeTextConfig`.
 
-use crate::model_file::{CONFIG_BYTES, read_bounded_text};
 use std::path::Path;
 
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::ConfigError;
+use crate::model_file::{CONFIG_BYTES, read_bounded_text};
 
 /// The mixer of one decoder layer: `config.json`'s `layer_types` entry, the variant named as the
 /// checkpoint's module (and as [`crate::decoder::TokenMixer`] and [`crate::cache::LayerState`]).

@@ -19,7 +19,11 @@ pub const TOKENIZER_BYTES: u64 = 256 << 20;
 /// The bytes of `path`, a regular file of at most `limit` bytes.
 pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     let file = File::open(path)?;
-    check_regular(&file, limit)?;
+    let len = check_regular(&file)?;
+    if len > limit {
+        return Err(too_long(len, limit));
+    }
+    // Also bounded as it is read: a file that grows meanwhile stops at the bound.
     let mut bytes = Vec::new();
     file.take(limit + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > limit {
@@ -33,8 +37,8 @@ pub fn read_bounded_text(path: &Path, limit: u64) -> io::Result<String> {
     String::from_utf8(read_bounded(path, limit)?).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
-/// An error unless `file` is a regular file of at most `limit` bytes.
-pub fn check_regular(file: &File, limit: u64) -> io::Result<()> {
+/// The length of `file`, an error unless it is a regular file.
+pub fn check_regular(file: &File) -> io::Result<u64> {
     let metadata = file.metadata()?;
     if !metadata.is_file() {
         return Err(io::Error::new(
@@ -42,10 +46,7 @@ pub fn check_regular(file: &File, limit: u64) -> io::Result<()> {
             "not a regular file (a device, a pipe or a link to one)",
         ));
     }
-    if metadata.len() > limit {
-        return Err(too_long(metadata.len(), limit));
-    }
-    Ok(())
+    Ok(metadata.len())
 }
 
 fn too_long(len: u64, limit: u64) -> io::Error {

@@ -43,6 +43,13 @@ fn http_post(path: &str, body: &str) -> String {
     )
 }
 
+/// A new connection to `server` that has sent `bytes`.
+fn send(server: &Server, bytes: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(server.address()).unwrap();
+    stream.write_all(bytes.as_bytes()).unwrap();
+    stream
+}
+
 /// Everything the server answers on `stream` until it closes it: the status, the headers
 /// (lower-cased names) and the body; `None` when it closed without an answer.
 fn read_answer(mut stream: TcpStream) -> Option<(u16, Vec<(String, String)>, String)> {
@@ -140,22 +147,10 @@ fn bodies_and_heads_hold_memory_only_as_their_bytes_arrive() {
         64 << 20,
         "a".repeat(1000)
     );
-    let bodies: Vec<TcpStream> = (0..200)
-        .map(|_| {
-            let mut stream = TcpStream::connect(server.address()).unwrap();
-            stream.write_all(declared.as_bytes()).unwrap();
-            stream
-        })
-        .collect();
+    let bodies: Vec<TcpStream> = (0..200).map(|_| send(&server, &declared)).collect();
     // 1,000 connections each send 60 KB of a head and stop before its end.
     let head = format!("GET /health HTTP/1.1\r\nhost: x\r\nx-long: {}", "h".repeat(60_000));
-    let heads: Vec<TcpStream> = (0..1000)
-        .map(|_| {
-            let mut stream = TcpStream::connect(server.address()).unwrap();
-            stream.write_all(head.as_bytes()).unwrap();
-            stream
-        })
-        .collect();
+    let heads: Vec<TcpStream> = (0..1000).map(|_| send(&server, &head)).collect();
     let (status, stats) = server.get("/stats");
     assert_eq!(status, 200, "the server answers beside them");
     let held = resident_bytes(&server).saturating_sub(before);
@@ -194,13 +189,7 @@ fn work_whose_client_left_frees_its_place_at_once() {
             "/v1/systemone",
             &json!({"state": "s", "questions": {"q": {"type": "noul", "instructions": "Short?"}}}).to_string(),
         );
-        let leavers: Vec<TcpStream> = (0..38)
-            .map(|_| {
-                let mut stream = TcpStream::connect(server.address()).unwrap();
-                stream.write_all(short.as_bytes()).unwrap();
-                stream
-            })
-            .collect();
+        let leavers: Vec<TcpStream> = (0..38).map(|_| send(&server, &short)).collect();
         wait_for_stats(&server, |s| s["outstanding_rows"] == 40);
         drop(leavers);
         let stats = wait_for_stats(&server, |s| s["abandoned"] == 38);
@@ -226,9 +215,7 @@ fn every_waiting_client_is_answered_at_shutdown() {
     let bodies: Vec<Value> = (0..2).map(long).chain(std::iter::repeat_n(short, 5)).collect();
     let mut clients = Vec::new();
     for (i, body) in bodies.iter().enumerate() {
-        let mut stream = TcpStream::connect(server.address()).unwrap();
-        stream.write_all(http_post("/v1/systemone", &body.to_string()).as_bytes()).unwrap();
-        clients.push(stream);
+        clients.push(send(&server, &http_post("/v1/systemone", &body.to_string())));
         wait_for_stats(&server, |s| s["outstanding_rows"] == i as u64 + 1);
     }
     let start = Instant::now();
@@ -277,13 +264,11 @@ fn transfer_codings_other_than_chunked_are_refused() {
     let server = Server::start(DECIDER, &[]);
     let body = json!({"state": "s", "questions": {"q": {"type": "noul", "instructions": "Up?"}}}).to_string();
     let chunked = |coding: &str| {
-        let mut stream = TcpStream::connect(server.address()).unwrap();
         let request = format!(
             "POST /v1/systemone HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: {coding}\r\nconnection: close\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
             body.len()
         );
-        stream.write_all(request.as_bytes()).unwrap();
-        read_answer(stream).expect("an answer")
+        read_answer(send(&server, &request)).expect("an answer")
     };
     let (status, _, answer) = chunked("chunked");
     assert_eq!(status, 200, "{answer}");
@@ -300,13 +285,7 @@ fn flood(server: &Server, clients: usize, request: &str) -> Vec<u16> {
         let senders: Vec<_> = (0..8)
             .map(|_| {
                 scope.spawn(|| {
-                    let streams: Vec<TcpStream> = (0..clients / 8)
-                        .map(|_| {
-                            let mut stream = TcpStream::connect(server.address()).unwrap();
-                            stream.write_all(request.as_bytes()).unwrap();
-                            stream
-                        })
-                        .collect();
+                    let streams: Vec<TcpStream> = (0..clients / 8).map(|_| send(server, request)).collect();
                     streams.into_iter().map(|s| read_answer(s).map_or(0, |(status, _, _)| status)).collect::<Vec<_>>()
                 })
             })

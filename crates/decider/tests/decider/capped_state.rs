@@ -5,7 +5,7 @@
 //! digit runs, whitespace runs, punctuation runs and unbroken runs (of letters, of one letter, of
 //! one symbol, of an unassigned character) that the tokenizer's pre-split cannot break.
 
-use decider::plan_budget::{MAX_TOKEN_BYTES, PlanBudget, TOKENIZER_BYTES_PER_BYTE};
+use decider::plan_budget::{MAX_TOKEN_BYTES, PeakAsked, PlanBudget, TOKENIZER_BYTES_PER_BYTE};
 use decider::prompt::{PlanOptions, context_ids, plan};
 use decider::python_json::Json;
 use decider::state::render_state;
@@ -71,17 +71,6 @@ fn a_json_state_cut_at_its_cap_equals_the_whole_rendering_cut() {
     }
 }
 
-/// The most a plan held at once: that of tokenizing its longest text.
-#[derive(Default)]
-struct Peak(usize);
-
-impl PlanBudget for Peak {
-    fn reserve(&mut self, peak_bytes: usize, _row_text_bytes: usize) -> Result<(), DeciderError> {
-        self.0 = self.0.max(peak_bytes);
-        Ok(())
-    }
-}
-
 /// A huge state that the pre-split cannot break is tokenized only as far as its cap needs: what
 /// is tokenized at once stays within the bytes `cap + 256` tokens can span, however long it is.
 #[test]
@@ -89,7 +78,7 @@ fn an_unbreakable_state_is_tokenized_within_its_cap() {
     let tokenizer = Tokenizer::test_tokenizer();
     for (name, text) in [("one letter", "x".repeat(24 << 20)), ("unassigned", "\u{10FFFF}".repeat(6 << 20))] {
         for cap in [100, 2000] {
-            let mut peak = Peak::default();
+            let mut peak = PeakAsked::default();
             let ids = context_ids(&mut Meter::new(&tokenizer, &mut peak), &text, cap).unwrap();
             assert_eq!(ids.len(), cap, "{name} cap {cap}");
             let bound = ((cap + 256) * MAX_TOKEN_BYTES + 1024) * TOKENIZER_BYTES_PER_BYTE;
