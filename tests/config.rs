@@ -5,7 +5,7 @@
 use burn::backend::NdArray;
 use integration_tests::fixture_path;
 use qwen35::decoder::{FeedForward, TokenMixer};
-use qwen35::moe::Experts;
+use qwen35::weight::Held;
 use qwen35::{FeedForwardType, LayerType, Qwen35Config};
 
 type B = NdArray;
@@ -29,7 +29,7 @@ fn qwen35_2b_parses_with_the_real_shapes() {
     let TokenMixer::LinearAttn(delta) = &model.layers[0].mixer else { panic!("layer 0 must be DeltaNet") };
     assert_eq!(delta.in_proj_qkv.dims(), [2048, 6144]);
     assert_eq!(delta.in_proj_z.dims(), [2048, 2048]);
-    assert_eq!(delta.in_proj_b.weight.lazy_shape().dims::<2>(), [2048, 16]);
+    assert_eq!(delta.in_proj_b.dims(), [2048, 16]);
     assert_eq!(delta.conv1d.lazy_shape().dims::<2>(), [6144, 4]);
     assert_eq!(delta.a_log.lazy_shape().dims::<1>(), [16]);
     assert_eq!(delta.out_proj.dims(), [2048, 2048]);
@@ -61,19 +61,22 @@ fn qwen35_35b_a3b_parses_with_the_real_shapes() {
     let TokenMixer::LinearAttn(delta) = &model.layers[0].mixer else { panic!("layer 0 must be DeltaNet") };
     assert_eq!(delta.in_proj_qkv.dims(), [2048, 8192]);
     assert_eq!(delta.in_proj_z.dims(), [2048, 4096]);
-    assert_eq!(delta.in_proj_a.weight.lazy_shape().dims::<2>(), [2048, 32]);
+    assert_eq!(delta.in_proj_a.dims(), [2048, 32]);
     assert_eq!(delta.conv1d.lazy_shape().dims::<2>(), [8192, 4]);
     assert_eq!(delta.out_proj.dims(), [4096, 2048]);
     let TokenMixer::SelfAttn(attention) = &model.layers[39].mixer else { panic!("layer 39 must be attention") };
     assert_eq!(attention.q_proj.dims(), [2048, 8192]);
     assert_eq!(attention.o_proj.dims(), [4096, 2048]);
     let FeedForward::Sparse(sparse) = &model.layers[0].mlp else { panic!("35B-A3B is MoE") };
-    assert_eq!(sparse.gate.weight.lazy_shape().dims::<2>(), [2048, 256]);
-    let Experts::Float(experts) = &sparse.experts else { panic!("f32 experts by default") };
-    assert_eq!(experts.gate_up_proj.lazy_shape().dims::<3>(), [256, 2048, 1024]);
-    assert_eq!(experts.down_proj.lazy_shape().dims::<3>(), [256, 512, 2048]);
+    assert_eq!(sparse.gate.dims(), [2048, 256]);
+    let (Held::F32(gate_up), Held::F32(down)) = (&sparse.experts.gate_up_proj.held, &sparse.experts.down_proj.held)
+    else {
+        panic!("f32 experts by default")
+    };
+    assert_eq!(gate_up.lazy_shape().dims::<3>(), [256, 2048, 1024]);
+    assert_eq!(down.lazy_shape().dims::<3>(), [256, 512, 2048]);
     assert_eq!(sparse.shared_expert.up_proj.dims(), [2048, 512]);
-    assert_eq!(sparse.shared_expert_gate.weight.lazy_shape().dims::<2>(), [2048, 1]);
+    assert_eq!(sparse.shared_expert_gate.dims(), [2048, 1]);
     assert_eq!(model.lm_head.as_ref().unwrap().dims(), [248_320, 2048]);
 }
 

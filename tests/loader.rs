@@ -1,6 +1,6 @@
-//! The loader's rule table covers every parameter and every tensor: each parameter of the
-//! model comes from the checkpoint (none keeps its lazy initial value), and each tensor of the
-//! text model in the checkpoint is read exactly once (the vision tower and MTP head of released
+//! The modules' names cover every parameter and every tensor: each parameter of the model comes
+//! from the checkpoint (none keeps its lazy initial value), and each tensor of the text model in
+//! the checkpoint is read exactly once (the vision tower and MTP head of released
 //! checkpoints are the only tensors left). Checked on both fixture models in both layouts.
 
 use std::collections::BTreeSet;
@@ -10,8 +10,10 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Tensor;
 use integration_tests::fixture_path;
 use qwen35::Qwen35Config;
+use qwen35::WeightFormat;
 use qwen35::checkpoint::Checkpoint;
-use qwen35::weights::CheckpointFiller;
+use qwen35::loader::Load;
+use qwen35::weights::CheckpointSource;
 
 type B = NdArray;
 
@@ -31,15 +33,17 @@ fn check(folder: &str) {
     let config = Qwen35Config::from_file(dir.join("config.json")).unwrap();
     let checkpoint = Checkpoint::open_dir(&dir).unwrap();
     let device = Default::default();
-    let mut filler = CheckpointFiller::<B>::new(&checkpoint, &device).unwrap();
-    let model = config.init::<B>(&device).map(&mut filler);
-    assert!(filler.error.is_none(), "{folder}: {:?}", filler.error);
+    let source = CheckpointSource::new(&checkpoint).unwrap();
+    let load = Load::<B>::from(&source, &device, WeightFormat::F32);
+    let model = config.load(&load.root());
+    let model = load.finish(model).unwrap_or_else(|error| panic!("{folder}: {error}"));
 
     let mut lazy = LazyParams(0);
     model.visit(&mut lazy);
     assert_eq!(lazy.0, 0, "{folder}: parameters not filled from the checkpoint");
 
-    let read: Vec<&str> = filler.tensors_read.iter().map(String::as_str).collect();
+    let read = source.tensors_read();
+    let read: Vec<&str> = read.iter().map(String::as_str).collect();
     let unique: BTreeSet<&str> = read.iter().copied().collect();
     assert_eq!(unique.len(), read.len(), "{folder}: a tensor was read twice");
     let left: BTreeSet<&str> = checkpoint.names().filter(|name| !unique.contains(name)).collect();

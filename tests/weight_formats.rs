@@ -18,19 +18,21 @@
 //! models are not compared: there every projection's rounding is real, and on these small
 //! random models it is amplified layer by layer (up to 0.15 of a layer's scale).
 
-use burn::module::{Module, ModuleVisitor, Param, ParamId};
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{DType, Int, Tensor, TensorData};
 use decider_ops::{
-    ActivationBits, BlockInts, Half, Q4_BLOCK, Q8_BLOCK, block_scales, dequantize_q4, dequantize_q8, grouped_matmul,
-    holds_half_floats, q4_values, q8_values, quantize_q4, quantize_q8, reference, round_activations,
+    ActivationBits, BlockInts, Half, Q4_BLOCK, Q8_BLOCK, dequantize_q4, dequantize_q8, grouped_matmul,
+    holds_half_floats, quantize_q4, quantize_q8, reference, round_activations,
 };
 use integration_tests::{MODELS, fixture_copy, fixture_path, layouts_on, relative_check, rewrite_tensors};
 use qwen35::checkpoint::Checkpoint;
 use qwen35::decoder::{FeedForward, TokenMixer};
-use qwen35::format::{Q4Weight, Q8Weight};
-use qwen35::moe::{Experts, SparseMoeConfig};
+use qwen35::loader::Load;
+use qwen35::moe::SparseMoeConfig;
 use qwen35::projection::Projection;
 use qwen35::token_table::TokenTable;
+use qwen35::weight::{Held, Weight, WeightValues};
+use qwen35::weight_format::WeightUse;
 use qwen35::{Qwen35Model, Qwen35Ops, WeightChoice, WeightFormat};
 use safetensors::Dtype;
 
@@ -153,14 +155,14 @@ fn check_model<B: Qwen35Ops>(model_name: &str, layout: &str, format: WeightForma
     for ((name, expected), (_, actual)) in projections(&float).into_iter().zip(projections(&quantized)) {
         // In the int dtype of the backend's storage (i8 or u8 on ndarray, whose kernels read them).
         let storage = B::block_storage();
-        let dtype = match (actual, format) {
-            (Projection::Q8(weight), WeightFormat::Q8) => {
+        let dtype = match (&actual.weight.held, format) {
+            (Held::Q8(weight), WeightFormat::Q8) => {
                 Some((weight.values.val().dtype(), storage.dtype::<B>(BlockInts::Q8Values)))
             }
-            (Projection::Q4(weight), WeightFormat::Q4) => {
+            (Held::Q4(weight), WeightFormat::Q4) => {
                 Some((weight.values.val().dtype(), storage.dtype::<B>(BlockInts::Q4Bytes)))
             }
-            (Projection::Float(_), _) => None,
+            (Held::F32(_), _) => None,
             (_, format) => panic!("{model_name} {name}: another block format than {format}"),
         };
         if let Some((got, want)) = dtype {
@@ -170,8 +172,8 @@ fn check_model<B: Qwen35Ops>(model_name: &str, layout: &str, format: WeightForma
         let [d_in, _] = expected.dims();
         let x = random_input(9, d_in, in_blocks as u64);
         let input = Tensor::<B, 2>::from_data(TensorData::new(x.clone(), [9, d_in]), &device);
-        let as_rounded = match actual {
-            Projection::Float(_) => input.clone(),
+        let as_rounded = match actual.weight.held {
+            Held::F32(_) => input.clone(),
             _ => rounded::<B>(x, d_in, bits_of(format, &name), &device),
         };
         let label = format!("{model_name}/{layout} {format} {name}");
@@ -188,7 +190,10 @@ fn check_tables<B: Qwen35Ops>(label: &str, float: &Qwen35Model<B>, q8: &Qwen35Mo
     let tables = [("embed_tokens", &float.embed_tokens, &q8.embed_tokens)].into_iter();
     let heads = float.lm_head.as_ref().zip(q8.lm_head.as_ref()).map(|(expected, actual)| ("lm_head", expected, actual));
     for (name, expected, actual) in tables.chain(heads) {
-        assert!(matches!(actual, TokenTable::Q8(_)), "{label} {name}: the fixture's hidden width is a whole block");
+        assert!(
+            matches!(actual.weight.held, Held::Q8(_)),
+            "{label} {name}: the fixture's hidden width is a whole block"
+        );
         let [vocab, hidden] = expected.dims();
         let ids: Vec<i64> = [0, vocab - 1, 7, 7, vocab / 2, 1].iter().map(|&id| id as i64).collect();
         let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [2, 3]), &device);
@@ -217,14 +222,15 @@ fn check_experts<B: Qwen35Ops>() {
     let config = SparseMoeConfig::new(h, e, 2, i, 32);
     // Initialised now (`to_device` reads every parameter).
     let float = config.init::<B>(&device).to_device(&device);
-    let Experts::Float(experts) = &float.experts else { panic!("f32 by default") };
-    let Experts::Q8(q8_experts) = config.clone().with_weights(WeightFormat::Q8).init::<B>(&device).experts else {
-        panic!("q8 experts")
-    };
-    let bits = [q8_experts.gate_up_proj.bits, q8_experts.down_proj.bits];
-    for ((name, stacked), bits) in
-        [("gate_up_proj", &experts.gate_up_proj), ("down_proj", &experts.down_proj)].into_iter().zip(bits)
-    {
+    let q8_experts = config.load(&Load::<B>::lazy(&device, WeightFormat::Q8).root()).experts;
+    for (name, f32_weight, q8_weight) in [
+        ("gate_up_proj", &float.experts.gate_up_proj, &q8_experts.gate_up_proj),
+        ("down_proj", &float.experts.down_proj, &q8_experts.down_proj),
+    ] {
+        let Held::F32(stacked) = &f32_weight.held else { panic!("f32 by default") };
+        assert!(matches!(q8_weight.held, Held::Q8(_)), "q8 experts");
+        let WeightUse::Matmul(input) = q8_weight.usage else { panic!("experts are multiplied") };
+        let bits = input.activation_bits();
         assert_eq!(bits, bits_of(WeightFormat::Q8, name), "the q8 experts' {name}");
         let [batch, d_in, d_out] = stacked.lazy_shape().dims::<3>();
         let rows = values(stacked.val().swap_dims(1, 2)); // [E, out, in]: rows of input values
@@ -232,19 +238,20 @@ fn check_experts<B: Qwen35Ops>() {
         let rounded_weight =
             Tensor::<B, 3>::from_data(TensorData::new(dequantize_q8(&q, &scales), [batch, d_out, d_in]), &device)
                 .swap_dims(1, 2);
-        let q8 = Q8Weight {
-            values: Param::initialized(ParamId::new(), q8_values(q, [batch, d_out, d_in], &device)),
-            scales: Param::initialized(ParamId::new(), block_scales(scales, [batch, d_out, d_in / Q8_BLOCK], &device)),
-            bits,
-        };
+        let dims = [batch, d_out, d_in];
+        let q8 =
+            Weight::<B, 3>::from_values(WeightValues::Q8(q, scales), dims, WeightFormat::Q8, q8_weight.usage, &device);
         let (packed, scales) = quantize_q4(&rows, d_in);
         let q4_rounded =
             Tensor::<B, 3>::from_data(TensorData::new(dequantize_q4(&packed, &scales), [batch, d_out, d_in]), &device)
                 .swap_dims(1, 2);
-        let q4 = Q4Weight {
-            values: Param::initialized(ParamId::new(), q4_values(packed, [batch, d_out, d_in / 2], &device)),
-            scales: Param::initialized(ParamId::new(), block_scales(scales, [batch, d_out, d_in / Q4_BLOCK], &device)),
-        };
+        let q4 = Weight::<B, 3>::from_values(
+            WeightValues::Q4(packed, scales),
+            dims,
+            WeightFormat::Q4,
+            q8_weight.usage,
+            &device,
+        );
         let counts: [i64; 8] = [3, 0, 1, 7, 0, 0, 2, 5];
         assert_eq!(batch, counts.len());
         let x = random_input(counts.iter().sum::<i64>() as usize, d_in, 3);
@@ -283,11 +290,11 @@ fn check_random_model<B: Qwen35Ops>(format: WeightFormat) {
         let a = (1.0 / d_in as f32).sqrt();
         let bounds: Vec<f32> = match format {
             WeightFormat::Q8 => {
-                assert!(matches!(actual, Projection::Q8(_)), "{name}: the demo's widths are whole blocks");
+                assert!(matches!(actual.weight.held, Held::Q8(_)), "{name}: the demo's widths are whole blocks");
                 values(x.clone().abs().sum_dim(1).mul_scalar(a * (1.0 / 254.0 + 1.0 / 2048.0)))
             }
             _ => {
-                assert!(matches!(actual, Projection::Q4(_)), "{name}: the demo's widths are whole blocks");
+                assert!(matches!(actual.weight.held, Held::Q4(_)), "{name}: the demo's widths are whole blocks");
                 let block_lengths =
                     x.clone().reshape([5, d_in / Q4_BLOCK, Q4_BLOCK]).powi_scalar(2).sum_dim(2).sqrt().sum_dim(1);
                 values(block_lengths.reshape([5, 1]).mul_scalar(32f32.sqrt() * a / 16.0 * (1.0 + 1.0 / 128.0)))
@@ -325,12 +332,21 @@ fn check_random_table<B: Qwen35Ops>(float: &TokenTable<B>, q8: &TokenTable<B>) {
         }
     }
     assert!(moved > 0, "the q8 embeddings equal the f32 ones: the format was not applied");
-    let same_rows = TokenTable::Float(burn::nn::Embedding { weight: Param::from_tensor(rounded) });
+    let same_rows = TokenTable {
+        weight: Weight {
+            held: Held::F32(Param::from_tensor(rounded)),
+            dims: [vocab, hidden],
+            format: WeightFormat::F32,
+            usage: WeightUse::Rows,
+        },
+    };
     let x = rounded_input::<B>(3, hidden, 17, &device).reshape([1, 3, hidden]);
     relative_check("demo logits", &values(q8.logits(x.clone())), &values(same_rows.logits(x)), TOLERANCE);
 }
 
-/// What a q8 load leaves in f32: experts whose width is not a whole block.
+/// What a q8 load leaves in f32: each weight whose input is not a whole block, the routed experts'
+/// included (the policy decides per weight, so the experts' gate and up projections, whose
+/// input is the hidden width, are in blocks while their down projection is not).
 fn check_partial_blocks<B: Qwen35Ops>() {
     let (_, q8) = qwen35::load_model_with_weights::<B>(
         fixture_path("moe/save_pretrained"),
@@ -339,12 +355,16 @@ fn check_partial_blocks<B: Qwen35Ops>() {
     )
     .unwrap();
     let FeedForward::Sparse(moe) = &q8.layers[0].mlp else { panic!("MoE") };
-    assert!(matches!(moe.experts, Experts::Float(_)), "experts of width 16 stay f32");
     assert!(
-        matches!(moe.shared_expert.gate_proj, Projection::Q8(_)),
+        matches!(moe.experts.down_proj.held, Held::F32(_)),
+        "experts of width 16 stay f32 in their down projection"
+    );
+    assert!(matches!(moe.experts.gate_up_proj.held, Held::Q8(_)), "the experts' input (32) is a whole block");
+    assert!(
+        matches!(moe.shared_expert.gate_proj.weight.held, Held::Q8(_)),
         "the shared expert's input (32) is a whole block"
     );
-    assert!(matches!(moe.shared_expert.down_proj, Projection::Float(_)), "its down projection's input (24) is not");
+    assert!(matches!(moe.shared_expert.down_proj.weight.held, Held::F32(_)), "its down projection's input (24) is not");
 }
 
 /// A copy of a fixture folder with every float tensor rounded to f16 (written as f32).
@@ -385,35 +405,24 @@ fn check_half_model<B: Qwen35Ops>(model_name: &str, layout: &str, format: Weight
     };
     let (_, float) = qwen35::load_model_with_weights::<B>(dir.path(), WeightFormat::F32, &device).unwrap();
     let (_, half) = qwen35::load_model_with_weights::<B>(dir.path(), format, &device).unwrap();
-    let in_format = |projection: &Projection<B>| {
-        matches!(
-            (projection, format),
-            (Projection::F16(_), WeightFormat::F16) | (Projection::Bf16(_), WeightFormat::Bf16)
-        )
-    };
+    let in_format =
+        |weight_format: WeightFormat, held: &Held<B, 2>| weight_format == format && matches!(held, Held::Half(_));
     for (name, projection) in projections(&half) {
-        assert!(in_format(projection), "{folder} {name}: not in {format}");
+        assert!(in_format(projection.weight.format, &projection.weight.held), "{folder} {name}: not in {format}");
     }
     for layer in &half.layers {
         if let FeedForward::Sparse(moe) = &layer.mlp {
-            assert!(
-                matches!(
-                    (&moe.experts, format),
-                    (Experts::F16(_), WeightFormat::F16) | (Experts::Bf16(_), WeightFormat::Bf16)
-                ),
-                "{folder}: experts not in {format}"
-            );
+            for experts in [&moe.experts.gate_up_proj, &moe.experts.down_proj] {
+                assert!(
+                    experts.format == format && matches!(experts.held, Held::Half(_)),
+                    "{folder}: experts not in {format}"
+                );
+            }
         }
     }
     let tables: Vec<&TokenTable<B>> = [Some(&half.embed_tokens), half.lm_head.as_ref()].into_iter().flatten().collect();
     for table in &tables {
-        assert!(
-            matches!(
-                (table, format),
-                (TokenTable::F16(_), WeightFormat::F16) | (TokenTable::Bf16(_), WeightFormat::Bf16)
-            ),
-            "{folder}: a token table not in {format}"
-        );
+        assert!(in_format(table.weight.format, &table.weight.held), "{folder}: a token table not in {format}");
     }
     // Each 16-bit weight is one parameter: a float tensor in the 16-bit dtype where the device
     // holds one, else an int tensor of patterns (and no other parameter is an int).

@@ -38,7 +38,7 @@ impl GenericTask for &InfoArgs {
             "layer_types": layers,
             "hidden_size": hidden,
             "vocab_rows": vocab,
-            "parameters": burn::module::Module::num_params(model),
+            "parameters": model.parameters(),
             "tokenizer_tokens": tokenizer.vocab_size(),
             "labels": {"count": tokenizer.labels().names.len(), "first": tokenizer.labels().names[0], "last": tokenizer.labels().names.last()},
             "temperature": config.temperature,

@@ -7,11 +7,11 @@ use burn::tensor::{Bool, Int, Tensor, backend::Backend};
 use decider_ops::{Gating, reshape, sigmoid};
 
 use crate::cache::{KvBlock, KvCache};
-use crate::format::ProjectionInput;
+use crate::loader::{Load, Loader};
 use crate::norm::{RmsNorm, RmsNormConfig};
 use crate::projection::{Projection, ProjectionConfig, ProjectionOps};
 use crate::rope::RotaryEmbedding;
-use crate::weight_format::{FormatOps, WeightFormat};
+use crate::weight_format::{FormatOps, ProjectionInput, WeightFormat};
 
 #[derive(Config, Debug)]
 pub struct GatedAttentionConfig {
@@ -21,8 +21,6 @@ pub struct GatedAttentionConfig {
     pub head_dim: usize,
     #[config(default = 1e-6)]
     pub rms_norm_eps: f64,
-    #[config(default = "WeightFormat::F32")]
-    pub weights: WeightFormat,
 }
 
 /// `self_attn` of the full-attention layers.
@@ -42,17 +40,24 @@ pub struct GatedAttention<B: Backend> {
 }
 
 impl GatedAttentionConfig {
+    /// A lazily initialised f32 mixer.
     pub fn init<B: FormatOps>(&self, device: &B::Device) -> GatedAttention<B> {
-        let (heads, kv_heads, hd) = (self.num_attention_heads, self.num_key_value_heads, self.head_dim);
-        let linear = |i, o, input| ProjectionConfig::new(i, o, input).with_weights(self.weights).init(device);
+        self.load(&Load::lazy(device, WeightFormat::F32).root())
+    }
+
+    /// The mixer `{at}.*` (`self_attn` in the checkpoint).
+    pub fn load<B: FormatOps>(&self, at: &Loader<B>) -> GatedAttention<B> {
+        let (h, heads, kv_heads, hd) =
+            (self.hidden_size, self.num_attention_heads, self.num_key_value_heads, self.head_dim);
+        let projection = |name, d_in, d_out, input| ProjectionConfig::new(d_in, d_out, input).load(&at.at(name));
         let norm = RmsNormConfig::new(hd).with_eps(self.rms_norm_eps);
         GatedAttention {
-            q_proj: linear(self.hidden_size, heads * 2 * hd, ProjectionInput::Normed),
-            k_proj: linear(self.hidden_size, kv_heads * hd, ProjectionInput::Normed),
-            v_proj: linear(self.hidden_size, kv_heads * hd, ProjectionInput::Normed),
-            o_proj: linear(heads * hd, self.hidden_size, ProjectionInput::Product),
-            q_norm: norm.init(device),
-            k_norm: norm.init(device),
+            q_proj: projection("q_proj", h, heads * 2 * hd, ProjectionInput::Normed),
+            k_proj: projection("k_proj", h, kv_heads * hd, ProjectionInput::Normed),
+            v_proj: projection("v_proj", h, kv_heads * hd, ProjectionInput::Normed),
+            o_proj: projection("o_proj", heads * hd, h, ProjectionInput::Product),
+            q_norm: norm.load(&at.at("q_norm")),
+            k_norm: norm.load(&at.at("k_norm")),
             num_attention_heads: heads,
             num_key_value_heads: kv_heads,
             head_dim: hd,

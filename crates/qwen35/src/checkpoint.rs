@@ -20,6 +20,9 @@ use decider_ops::{Half, Q4_BLOCK, Q8_BLOCK, dequantize_q4, dequantize_q8, quanti
 
 use crate::error::LoadError;
 use crate::model_file::{INDEX_BYTES, check_regular, read_bounded_text};
+pub use crate::shards::FORMAT_KEY;
+use crate::shards::{ShardWriter, Written};
+use crate::weight::WeightValues;
 use crate::weight_format::WeightFormat;
 
 /// The tensors of a checkpoint, by name.
@@ -187,7 +190,8 @@ impl Checkpoint {
                 let (packed, scales) = self.read_q4_blocks(name, expected)?;
                 return Ok(dequantize_q4(&packed, &scales));
             }
-            Some(WeightFormat::F32 | WeightFormat::F16 | WeightFormat::Bf16) | None => {}
+            // Formats stored as floats are read below.
+            _ => {}
         }
         let tensor = self.float_bytes(name, expected)?;
         let mut values = vec![0.0f32; tensor.len()];
@@ -223,14 +227,24 @@ impl Checkpoint {
         }
     }
 
-    /// [`Checkpoint::read_half`] as f16.
-    pub fn read_f16(&self, name: &str, expected: &[usize]) -> Result<HalfValues, LoadError> {
-        self.read_half(name, expected, Half::F16)
-    }
-
-    /// [`Checkpoint::read_half`] as bf16.
-    pub fn read_bf16(&self, name: &str, expected: &[usize]) -> Result<HalfValues, LoadError> {
-        self.read_half(name, expected, Half::Bf16)
+    /// Reads weight `name` (of `expected` shape) in `format`: as it is stored in a quantized
+    /// folder of that format, else converted from its floats as it is read.
+    pub fn read_weight(&self, name: &str, expected: &[usize], format: WeightFormat) -> Result<WeightValues, LoadError> {
+        Ok(match format {
+            WeightFormat::F32 => WeightValues::F32(self.read_f32(name, expected)?),
+            WeightFormat::Q8 => {
+                let (values, scales) = self.read_q8(name, expected)?;
+                WeightValues::Q8(values, scales)
+            }
+            WeightFormat::Q4 => {
+                let (packed, scales) = self.read_q4(name, expected)?;
+                WeightValues::Q4(packed, scales)
+            }
+            WeightFormat::F16 | WeightFormat::Bf16 => {
+                let half = format.half().expect("a 16-bit format");
+                WeightValues::Half(half, self.read_half(name, expected, half)?)
+            }
+        })
     }
 
     /// Reads tensor `name` (of `expected` shape) as 16-bit patterns of `half`: a tensor stored in
@@ -238,7 +252,7 @@ impl Checkpoint {
     /// even), with no f32 copy of it. A value the type cannot hold (above f16's 65,504) is
     /// refused, naming the tensor, as a non-finite one is; so is a weight stored in blocks
     /// (widening them to 16 bits would not give back the weight they were made from).
-    pub fn read_half(&self, name: &str, expected: &[usize], half: Half) -> Result<HalfValues, LoadError> {
+    pub fn read_half(&self, name: &str, expected: &[usize], half: Half) -> Result<Vec<u16>, LoadError> {
         if let Some(stored) = self.stored_blocks(name)? {
             let format = WeightFormat::of_half(half);
             return Err(LoadError::Blocks {
@@ -287,7 +301,7 @@ impl Checkpoint {
                 first,
                 format: WeightFormat::of_half(half),
             }),
-            None => Ok(HalfValues { half, bits }),
+            None => Ok(bits),
         }
     }
 
@@ -490,13 +504,6 @@ impl Checkpoint {
     }
 }
 
-/// A weight's 16-bit patterns, and which 16-bit float they are.
-#[derive(Debug, Default)]
-pub struct HalfValues {
-    pub half: Half,
-    pub bits: Vec<u16>,
-}
-
 /// How a quantized folder (`crate::quantize`) names a weight's Q8_0 values: `{weight}.q8_values`,
 /// I8 of the weight's shape.
 pub const Q8_VALUES: &str = "q8_values";
@@ -507,8 +514,6 @@ pub const Q8_SCALES: &str = "q8_scales";
 pub const Q4_VALUES: &str = "q4_values";
 /// ... and its scales: `{weight}.q4_scales`, as Q8_0's.
 pub const Q4_SCALES: &str = "q4_scales";
-/// The safetensors metadata key under which a quantized folder's shards name their format.
-pub const FORMAT_KEY: &str = "decider.weights";
 
 /// The shape of the scales of weight `name` of `shape` in blocks (Q8_0 or Q4_0, both of 32 values):
 /// a scale per block along the last dimension, which must be whole blocks.
@@ -674,6 +679,56 @@ fn duplicate_key(header: &[u8]) -> Option<String> {
         }
     }
     serde_json::from_slice::<Keys>(header).ok().and_then(|keys| keys.0)
+}
+
+/// An f32 tensor: as itself.
+impl Written for Vec<f32> {
+    fn write(&self, name: &str, shape: &[usize], writer: &mut ShardWriter) -> Result<(), LoadError> {
+        writer.add(name.to_owned(), Dtype::F32, shape.to_vec(), self.iter().flat_map(|v| v.to_le_bytes()).collect())
+    }
+}
+
+/// A weight in its format: f32 or 16-bit floats under its own name in that dtype; Q8_0 blocks
+/// as [`Q8_VALUES`] (I8) and [`Q8_SCALES`] (F16); Q4_0 blocks as [`Q4_VALUES`] (U8, half the
+/// weight's last dimension) and [`Q4_SCALES`].
+impl Written for WeightValues {
+    fn write(&self, name: &str, shape: &[usize], writer: &mut ShardWriter) -> Result<(), LoadError> {
+        match self {
+            WeightValues::F32(values) => values.write(name, shape, writer),
+            WeightValues::Half(half, bits) => {
+                let dtype = match half {
+                    Half::F16 => Dtype::F16,
+                    Half::Bf16 => Dtype::BF16,
+                };
+                writer.add(name.to_owned(), dtype, shape.to_vec(), bits.iter().flat_map(|b| b.to_le_bytes()).collect())
+            }
+            WeightValues::Q8(values, scales) => {
+                let bytes = values.iter().map(|&v| v as u8).collect();
+                writer.add(block_part(name, Q8_VALUES), Dtype::I8, shape.to_vec(), bytes)?;
+                write_scales(name, Q8_SCALES, shape, scales, writer)
+            }
+            WeightValues::Q4(packed, scales) => {
+                writer.add(block_part(name, Q4_VALUES), Dtype::U8, packed_shape(name, shape)?, packed.clone())?;
+                write_scales(name, Q4_SCALES, shape, scales, writer)
+            }
+        }
+    }
+}
+
+/// The scales `{name}.{part}` of weight `name` of `shape`.
+fn write_scales(
+    name: &str,
+    part: &str,
+    shape: &[usize],
+    scales: &[f16],
+    writer: &mut ShardWriter,
+) -> Result<(), LoadError> {
+    writer.add(
+        block_part(name, part),
+        Dtype::F16,
+        scales_shape(name, shape)?,
+        scales.iter().flat_map(|d| d.to_le_bytes()).collect(),
+    )
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //! gated attention) and a feed-forward (dense SwiGLU or sparse MoE).
 
 use crate::Qwen35Ops;
-use crate::weight_format::FormatOps;
+use crate::loader::{Load, Loader};
+use crate::weight_format::{FormatOps, WeightFormat};
 use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{Tensor, backend::Backend};
@@ -39,18 +40,24 @@ pub struct DecoderLayerConfig {
 }
 
 impl DecoderLayerConfig {
+    /// A lazily initialised f32 layer.
     pub fn init<B: FormatOps>(&self, device: &B::Device) -> DecoderLayer<B> {
+        self.load(&Load::lazy(device, WeightFormat::F32).root())
+    }
+
+    /// The layer `{at}.*`, its blocks named as the checkpoint names them.
+    pub fn load<B: FormatOps>(&self, at: &Loader<B>) -> DecoderLayer<B> {
         let norm = RmsNormConfig::new(self.hidden_size).with_eps(self.rms_norm_eps);
         DecoderLayer {
-            input_layernorm: norm.init(device),
+            input_layernorm: norm.load(&at.at("input_layernorm")),
             mixer: match &self.mixer {
-                TokenMixerConfig::LinearAttn(config) => TokenMixer::LinearAttn(config.init(device)),
-                TokenMixerConfig::SelfAttn(config) => TokenMixer::SelfAttn(config.init(device)),
+                TokenMixerConfig::LinearAttn(config) => TokenMixer::LinearAttn(config.load(&at.at("linear_attn"))),
+                TokenMixerConfig::SelfAttn(config) => TokenMixer::SelfAttn(config.load(&at.at("self_attn"))),
             },
-            post_attention_layernorm: norm.init(device),
+            post_attention_layernorm: norm.load(&at.at("post_attention_layernorm")),
             mlp: match &self.mlp {
-                FeedForwardConfig::Dense(config) => FeedForward::Dense(config.init(device)),
-                FeedForwardConfig::Sparse(config) => FeedForward::Sparse(config.init(device)),
+                FeedForwardConfig::Dense(config) => FeedForward::Dense(config.load(&at.at("mlp"))),
+                FeedForwardConfig::Sparse(config) => FeedForward::Sparse(config.load(&at.at("mlp"))),
             },
         }
     }

@@ -2,17 +2,16 @@
 
 use burn::config::Config;
 use burn::module::{Initializer, Module, Param};
-use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Tensor, backend::Backend};
 use decider_ops::GatedDeltaRule;
 use decider_ops::{CausalConv1d, Gating, causal_conv1d, reshape, sigmoid};
 
 use crate::cache::DeltaNetState;
 use crate::delta_rule::{gated_delta_rule, recurrent_gated_delta_rule};
-use crate::format::ProjectionInput;
+use crate::loader::{Load, Loader};
 use crate::norm::{GatedRmsNorm, RmsNormConfig};
-use crate::projection::{Projection, ProjectionConfig, ProjectionOps, linear};
-use crate::weight_format::{FormatOps, WeightFormat};
+use crate::projection::{Projection, ProjectionConfig, ProjectionOps};
+use crate::weight_format::{FormatOps, ProjectionInput, WeightFormat};
 
 #[derive(Config, Debug)]
 pub struct GatedDeltaNetConfig {
@@ -29,9 +28,6 @@ pub struct GatedDeltaNetConfig {
     pub conv_kernel_dim: usize,
     #[config(default = 1e-6)]
     pub rms_norm_eps: f64,
-    /// Format of `in_proj_qkv`, `in_proj_z` and `out_proj`; the gates stay f32.
-    #[config(default = "WeightFormat::F32")]
-    pub weights: WeightFormat,
 }
 
 /// `linear_attn`: four input projections, a causal depthwise conv over `[q | k | v]`, the gated
@@ -43,9 +39,9 @@ pub struct GatedDeltaNet<B: Backend> {
     /// `[hidden, Hv * Dv]`: the output gate of the norm.
     pub in_proj_z: Projection<B>,
     /// `[hidden, Hv]`: beta logits.
-    pub in_proj_b: Linear<B>,
+    pub in_proj_b: Projection<B>,
     /// `[hidden, Hv]`: decay input.
-    pub in_proj_a: Linear<B>,
+    pub in_proj_a: Projection<B>,
     /// Depthwise conv kernel `[conv_dim, K]` (the checkpoint's `[conv_dim, 1, K]`), no bias.
     pub conv1d: Param<Tensor<B, 2>>,
     /// `[Hv]`: `log A`; the decay is `g = -exp(A_log) * softplus(a + dt_bias)`.
@@ -63,25 +59,36 @@ pub struct GatedDeltaNet<B: Backend> {
 }
 
 impl GatedDeltaNetConfig {
+    /// A lazily initialised f32 mixer.
     pub fn init<B: FormatOps>(&self, device: &B::Device) -> GatedDeltaNet<B> {
+        self.load(&Load::lazy(device, WeightFormat::F32).root())
+    }
+
+    /// The mixer `{at}.*` (`linear_attn` in the checkpoint).
+    pub fn load<B: FormatOps>(&self, at: &Loader<B>) -> GatedDeltaNet<B> {
+        let (h, hv) = (self.hidden_size, self.num_value_heads);
         let key_dim = self.num_key_heads * self.key_head_dim;
-        let value_dim = self.num_value_heads * self.value_head_dim;
+        let value_dim = hv * self.value_head_dim;
         let conv_dim = 2 * key_dim + value_dim;
-        let linear = |i, o| LinearConfig::new(i, o).with_bias(false).init(device);
-        let projection = |i, o, input| ProjectionConfig::new(i, o, input).with_weights(self.weights).init(device);
+        let projection = |name, d_in, d_out, input| ProjectionConfig::new(d_in, d_out, input).load(&at.at(name));
         let k = self.conv_kernel_dim;
+        let conv_bound = 1.0 / (k as f64).sqrt();
         GatedDeltaNet {
-            in_proj_qkv: projection(self.hidden_size, conv_dim, ProjectionInput::Normed),
-            in_proj_z: projection(self.hidden_size, value_dim, ProjectionInput::Normed),
-            in_proj_b: linear(self.hidden_size, self.num_value_heads),
-            in_proj_a: linear(self.hidden_size, self.num_value_heads),
-            conv1d: Initializer::Uniform { min: -1.0 / (k as f64).sqrt(), max: 1.0 / (k as f64).sqrt() }
-                .init([conv_dim, k], device),
+            in_proj_qkv: projection("in_proj_qkv", h, conv_dim, ProjectionInput::Normed),
+            in_proj_z: projection("in_proj_z", h, value_dim, ProjectionInput::Normed),
+            in_proj_b: projection("in_proj_b", h, hv, ProjectionInput::Normed),
+            in_proj_a: projection("in_proj_a", h, hv, ProjectionInput::Normed),
+            conv1d: at.param_stored_as(
+                "conv1d.weight",
+                [conv_dim, k],
+                &[conv_dim, 1, k],
+                Initializer::Uniform { min: -conv_bound, max: conv_bound },
+            ),
             // A ~ U(0, 16) as in transformers' init; dt_bias = 1.
-            a_log: Initializer::Uniform { min: 0.0, max: 16f64.ln() }.init([self.num_value_heads], device),
-            dt_bias: Initializer::Ones.init([self.num_value_heads], device),
-            norm: RmsNormConfig::new(self.value_head_dim).with_eps(self.rms_norm_eps).init_gated(device),
-            out_proj: projection(value_dim, self.hidden_size, ProjectionInput::Product),
+            a_log: at.param("A_log", [hv], Initializer::Uniform { min: 0.0, max: 16f64.ln() }),
+            dt_bias: at.param("dt_bias", [hv], Initializer::Ones),
+            norm: RmsNormConfig::new(self.value_head_dim).with_eps(self.rms_norm_eps).load_gated(&at.at("norm")),
+            out_proj: projection("out_proj", value_dim, h, ProjectionInput::Product),
             num_key_heads: self.num_key_heads,
             num_value_heads: self.num_value_heads,
             key_head_dim: self.key_head_dim,
@@ -100,8 +107,8 @@ impl<B: GatedDeltaRule + CausalConv1d + ProjectionOps + Gating> GatedDeltaNet<B>
 
         let mixed = self.in_proj_qkv.forward(x.clone());
         let z = reshape(self.in_proj_z.forward(x.clone()), [batch, len, hv, dv]);
-        let b = linear(&self.in_proj_b, x.clone());
-        let a = linear(&self.in_proj_a, x);
+        let b = self.in_proj_b.forward(x.clone());
+        let a = self.in_proj_a.forward(x);
 
         // The conv's window starts with the last `K - 1` inputs of the past (zeros for a fresh
         // sequence); its new state is the last `K - 1` of the window.

@@ -9,15 +9,11 @@
 //! beside its own `forward` (`working_values`); this file only composes them. `tests/working_memory.rs`
 //! checks the bound against the bytes really allocated, at several widths and shapes.
 
-use burn::module::{Module, ModuleVisitor, Param};
-use burn::tensor::{Int, Tensor};
+use burn::tensor::backend::Backend;
 
 use crate::Qwen35Ops;
 use crate::decoder::{DecoderLayer, FeedForward, TokenMixer};
 use crate::model::{PrefillBlocks, Qwen35Model};
-use crate::weight_format::FormatOps;
-use crate::weights::{Stored, stored};
-use decider_ops::BlockInts;
 
 /// Bytes of an f32 activation.
 const F32: usize = 4;
@@ -56,44 +52,18 @@ impl<B: Qwen35Ops> Qwen35Model<B> {
     }
 }
 
-impl<B: FormatOps> Qwen35Model<B> {
-    /// The bytes of this model's parameters, from their shapes and the backend's dtypes, without
-    /// reading them: of a lazily built model too (`Qwen35Config::init_with_weights`), so that the
-    /// weights of a model larger than this machine can be sized in any format.
+impl<B: Backend> Qwen35Model<B> {
+    /// The bytes of this model's parameters in their formats on their backend, counted from
+    /// their shapes and dtypes as the model was built ([`crate::loader::WeightSizes`]): of a
+    /// lazily built model too (`Qwen35Config::init_with_weights`), so that the weights of a model
+    /// larger than this machine can be sized in any format.
     pub fn weight_bytes(&self) -> usize {
-        /// The bytes so far, and the path's entered fields and their owners.
-        struct Bytes(usize, Vec<(String, String)>);
-        impl<B: FormatOps> ModuleVisitor<B> for Bytes {
-            fn enter_module(&mut self, name: &str, container_type: &str) {
-                self.1.push((name.to_owned(), container_type.to_owned()));
-            }
-            fn exit_module(&mut self, _name: &str, _container_type: &str) {
-                self.1.pop();
-            }
-            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-                let bytes = match self.1.last().map(|(field, owner)| stored(owner, field)) {
-                    // A 16-bit weight held as a float tensor of its dtype.
-                    Some(Stored::Half) => size_of::<u16>(),
-                    _ => size_of::<B::FloatElem>(),
-                };
-                self.0 += param.lazy_shape().num_elements() * bytes;
-            }
-            fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<B, D, Int>>) {
-                // The only int parameters are blocks and 16-bit patterns.
-                let storage = B::block_storage();
-                let dtype = match self.1.last().map(|(field, owner)| stored(owner, field)) {
-                    Some(Stored::Q8Values { .. }) => storage.dtype::<B>(BlockInts::Q8Values),
-                    Some(Stored::Q4Values) => storage.dtype::<B>(BlockInts::Q4Bytes),
-                    Some(Stored::BlockScales) => storage.dtype::<B>(BlockInts::ScaleBits),
-                    Some(Stored::Half) => B::half_bits_dtype(),
-                    other => unreachable!("an int parameter held as {other:?}"),
-                };
-                self.0 += param.lazy_shape().num_elements() * dtype.size();
-            }
-        }
-        let mut bytes = Bytes(0, Vec::new());
-        self.visit(&mut bytes);
-        bytes.0
+        self.sizes.bytes
+    }
+
+    /// The number of weights, whatever their format.
+    pub fn parameters(&self) -> usize {
+        self.sizes.parameters
     }
 }
 

@@ -6,16 +6,14 @@ use burn::module::Module;
 use burn::tensor::{Tensor, backend::Backend};
 use decider_ops::{Gating, silu};
 
-use crate::format::ProjectionInput;
+use crate::loader::{Load, Loader};
 use crate::projection::{Projection, ProjectionConfig};
-use crate::weight_format::{FormatOps, WeightFormat};
+use crate::weight_format::{FormatOps, ProjectionInput, WeightFormat};
 
 #[derive(Config, Debug)]
 pub struct MlpConfig {
     pub hidden_size: usize,
     pub intermediate_size: usize,
-    #[config(default = "WeightFormat::F32")]
-    pub weights: WeightFormat,
 }
 
 /// `down_proj(silu(gate_proj(x)) * up_proj(x))`, no biases.
@@ -27,12 +25,19 @@ pub struct Mlp<B: Backend> {
 }
 
 impl MlpConfig {
+    /// A lazily initialised f32 MLP.
     pub fn init<B: FormatOps>(&self, device: &B::Device) -> Mlp<B> {
-        let linear = |i, o, input| ProjectionConfig::new(i, o, input).with_weights(self.weights).init(device);
+        self.load(&Load::lazy(device, WeightFormat::F32).root())
+    }
+
+    /// The MLP `{at}.*`.
+    pub fn load<B: FormatOps>(&self, at: &Loader<B>) -> Mlp<B> {
+        let (h, i) = (self.hidden_size, self.intermediate_size);
+        let projection = |name, d_in, d_out, input| ProjectionConfig::new(d_in, d_out, input).load(&at.at(name));
         Mlp {
-            gate_proj: linear(self.hidden_size, self.intermediate_size, ProjectionInput::Normed),
-            up_proj: linear(self.hidden_size, self.intermediate_size, ProjectionInput::Normed),
-            down_proj: linear(self.intermediate_size, self.hidden_size, ProjectionInput::Product),
+            gate_proj: projection("gate_proj", h, i, ProjectionInput::Normed),
+            up_proj: projection("up_proj", h, i, ProjectionInput::Normed),
+            down_proj: projection("down_proj", i, h, ProjectionInput::Product),
         }
     }
 }
@@ -44,7 +49,7 @@ impl<B: ProjectionOps + Gating> Mlp<B> {
     }
 }
 
-impl<B: FormatOps> Mlp<B> {
+impl<B: Backend> Mlp<B> {
     /// f32 values [`Self::forward`] keeps alive at once per token row: the gate and up
     /// projections, the gate's activation and the product (4 of the SwiGLU width).
     pub fn working_values(&self) -> usize {

@@ -9,6 +9,7 @@ use crate::cache::ModelCache;
 use crate::config::{FeedForwardType, LayerType, Qwen35Config};
 use crate::decoder::{CallInputs, DecoderLayer, DecoderLayerConfig, FeedForwardConfig, TokenMixerConfig};
 use crate::delta_net::GatedDeltaNetConfig;
+use crate::loader::{Load, Loader, WeightSizes};
 use crate::mlp::MlpConfig;
 use crate::moe::SparseMoeConfig;
 use crate::norm::{RmsNorm, RmsNormConfig};
@@ -31,6 +32,9 @@ pub struct Qwen35Model<B: Backend> {
     /// How a long call is split to keep its working memory bounded.
     #[module(skip)]
     pub blocks: PrefillBlocks,
+    /// The size of the weights, counted as they were built.
+    #[module(skip)]
+    pub sizes: WeightSizes,
 }
 
 /// How a call over many tokens is split so that its working memory is bounded by these sizes,
@@ -76,8 +80,8 @@ pub struct LayerTrace<B: Backend> {
 }
 
 impl Qwen35Config {
-    /// The configuration of decoder layer `index`, its projections and experts in `weights`.
-    pub fn layer_config(&self, index: usize, weights: WeightFormat) -> DecoderLayerConfig {
+    /// The configuration of decoder layer `index`.
+    pub fn layer_config(&self, index: usize) -> DecoderLayerConfig {
         let h = self.hidden_size;
         let mixer = match self.layer_types[index] {
             LayerType::LinearAttn => TokenMixerConfig::LinearAttn(
@@ -89,28 +93,23 @@ impl Qwen35Config {
                     self.linear_value_head_dim,
                     self.linear_conv_kernel_dim,
                 )
-                .with_rms_norm_eps(self.rms_norm_eps)
-                .with_weights(weights),
+                .with_rms_norm_eps(self.rms_norm_eps),
             ),
             LayerType::SelfAttn => TokenMixerConfig::SelfAttn(
                 GatedAttentionConfig::new(h, self.num_attention_heads, self.num_key_value_heads, self.head_dim)
-                    .with_rms_norm_eps(self.rms_norm_eps)
-                    .with_weights(weights),
+                    .with_rms_norm_eps(self.rms_norm_eps),
             ),
         };
         let mlp = match &self.feed_forward {
-            FeedForwardType::Moe(moe) => FeedForwardConfig::Sparse(
-                SparseMoeConfig::new(
-                    h,
-                    moe.num_experts,
-                    moe.num_experts_per_tok,
-                    moe.moe_intermediate_size,
-                    moe.shared_expert_intermediate_size,
-                )
-                .with_weights(weights),
-            ),
+            FeedForwardType::Moe(moe) => FeedForwardConfig::Sparse(SparseMoeConfig::new(
+                h,
+                moe.num_experts,
+                moe.num_experts_per_tok,
+                moe.moe_intermediate_size,
+                moe.shared_expert_intermediate_size,
+            )),
             FeedForwardType::Dense { intermediate_size } => {
-                FeedForwardConfig::Dense(MlpConfig::new(h, *intermediate_size).with_weights(weights))
+                FeedForwardConfig::Dense(MlpConfig::new(h, *intermediate_size))
             }
         };
         DecoderLayerConfig::new(h, mixer, mlp).with_rms_norm_eps(self.rms_norm_eps)
@@ -122,18 +121,30 @@ impl Qwen35Config {
         self.init_with_weights(WeightFormat::F32, device)
     }
 
-    /// The model with its projections and experts in `weights`, lazily initialised, to be
-    /// filled from a checkpoint (block formats initialise to zero weights).
+    /// The model with its weights in `weights` ([`crate::weight_format::held_format`]), lazily
+    /// initialised: shapes only, so that a model larger than memory can be sized
+    /// ([`Qwen35Model::weight_bytes`]). Block formats initialise to zero weights.
     pub fn init_with_weights<B: FormatOps>(&self, weights: WeightFormat, device: &B::Device) -> Qwen35Model<B> {
+        self.load(&Load::lazy(device, weights).root())
+    }
+
+    /// The model, each tensor from `root`'s source under its checkpoint name.
+    pub fn load<B: FormatOps>(&self, root: &Loader<B>) -> Qwen35Model<B> {
         let h = self.hidden_size;
-        let table = TokenTableConfig::new(self.vocab_size, h).with_weights(weights);
+        let text = root.text_model();
+        let table = TokenTableConfig::new(self.vocab_size, h);
+        let embed_tokens = table.load(&text.at("embed_tokens"));
+        let layers = (0..self.num_hidden_layers).map(|i| self.layer_config(i).load(&text.at("layers").at(i))).collect();
+        let norm = RmsNormConfig::new(h).with_eps(self.rms_norm_eps).load(&text.at("norm"));
+        let lm_head = (!self.tie_word_embeddings).then(|| table.load(&root.at("lm_head")));
         Qwen35Model {
-            embed_tokens: table.init(device),
-            layers: (0..self.num_hidden_layers).map(|i| self.layer_config(i, weights).init(device)).collect(),
-            norm: RmsNormConfig::new(h).with_eps(self.rms_norm_eps).init(device),
-            lm_head: (!self.tie_word_embeddings).then(|| table.init(device)),
+            embed_tokens,
+            layers,
+            norm,
+            lm_head,
             rope: RotaryEmbedding::new(self.rotary_dim(), self.rope_theta),
             blocks: PrefillBlocks::default(),
+            sizes: root.sizes(),
         }
     }
 }

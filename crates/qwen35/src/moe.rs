@@ -2,18 +2,16 @@
 //! routed SwiGLU experts, plus a shared expert behind a sigmoid gate.
 
 use burn::config::Config;
-use burn::module::{Initializer, Module, Param};
-use burn::nn::{Linear, LinearConfig};
+use burn::module::Module;
 use burn::tensor::activation::softmax;
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, backend::Backend};
-use decider_ops::{ExpertCount, Half, expert_count, grouped_matmul};
-use decider_ops::{Gating, reshape, sigmoid, silu};
+use decider_ops::{ExpertCount, Gating, expert_count, reshape, sigmoid, silu};
 
-use crate::projection::{ProjectionOps, linear};
-
-use crate::format::{HalfWeight, ProjectionInput, Q4Weight, Q8Weight};
+use crate::loader::{Load, Loader};
 use crate::mlp::{Mlp, MlpConfig};
-use crate::weight_format::{FormatOps, WeightFormat};
+use crate::projection::{Projection, ProjectionConfig, ProjectionOps};
+use crate::weight::Weight;
+use crate::weight_format::{FormatOps, ProjectionInput, WeightFormat, WeightUse};
 
 #[derive(Config, Debug)]
 pub struct SparseMoeConfig {
@@ -22,107 +20,50 @@ pub struct SparseMoeConfig {
     pub num_experts_per_tok: usize,
     pub moe_intermediate_size: usize,
     pub shared_expert_intermediate_size: usize,
-    /// Format of the routed and shared experts; the router and the shared expert's gate stay f32.
-    #[config(default = "WeightFormat::F32")]
-    pub weights: WeightFormat,
 }
 
-/// The routed experts, stacked: expert `e` is `down(silu(x W_gate) * (x W_up))`.
+/// The routed experts, stacked (`{name}.experts.*`): expert `e` is
+/// `down(silu(x W_gate) * (x W_up))`.
 #[derive(Module, Debug)]
-pub enum Experts<B: Backend> {
-    Float(FloatExperts<B>),
-    Q8(Q8Experts<B>),
-    Q4(Q4Experts<B>),
-    F16(HalfExperts<B>),
-    Bf16(HalfExperts<B>),
-}
-
-/// The experts in Q8_0 blocks, in the checkpoint's orientation.
-#[derive(Module, Debug)]
-pub struct Q8Experts<B: Backend> {
+pub struct Experts<B: Backend> {
     /// `[E, 2I, hidden]`: rows `0..I` the gate projection, `I..2I` the up projection.
-    pub gate_up_proj: Q8Weight<B, 3>,
+    pub gate_up_proj: Weight<B, 3>,
     /// `[E, hidden, I]`.
-    pub down_proj: Q8Weight<B, 3>,
-}
-
-/// The experts in Q4_0 blocks, as [`Q8Experts`].
-#[derive(Module, Debug)]
-pub struct Q4Experts<B: Backend> {
-    /// `[E, 2I, hidden]`: rows `0..I` the gate projection, `I..2I` the up projection.
-    pub gate_up_proj: Q4Weight<B, 3>,
-    /// `[E, hidden, I]`.
-    pub down_proj: Q4Weight<B, 3>,
-}
-
-/// The experts in 16-bit floats, as [`Q8Experts`].
-#[derive(Module, Debug)]
-pub struct HalfExperts<B: Backend> {
-    /// `[E, 2I, hidden]`: rows `0..I` the gate projection, `I..2I` the up projection.
-    pub gate_up_proj: HalfWeight<B, 3>,
-    /// `[E, hidden, I]`.
-    pub down_proj: HalfWeight<B, 3>,
-}
-
-/// The experts in f32, each weight `[in, out]`.
-#[derive(Module, Debug)]
-pub struct FloatExperts<B: Backend> {
-    /// `[E, hidden, 2 * I]`: columns `0..I` are the gate projection, `I..2I` the up projection
-    /// (the checkpoint's fused `[E, 2I, hidden]`, transposed per expert).
-    pub gate_up_proj: Param<Tensor<B, 3>>,
-    /// `[E, I, hidden]` (the checkpoint's `[E, hidden, I]`, transposed per expert).
-    pub down_proj: Param<Tensor<B, 3>>,
+    pub down_proj: Weight<B, 3>,
 }
 
 /// `mlp` of every Qwen3.5-MoE layer.
 #[derive(Module, Debug)]
 pub struct SparseMoe<B: Backend> {
-    /// Router `[hidden, E]`.
-    pub gate: Linear<B>,
+    /// The router `[E, hidden]`.
+    pub gate: Projection<B>,
     pub experts: Experts<B>,
     pub shared_expert: Mlp<B>,
-    /// `[hidden, 1]`: the shared expert's per-token sigmoid gate.
-    pub shared_expert_gate: Linear<B>,
+    /// `[1, hidden]`: the shared expert's per-token sigmoid gate.
+    pub shared_expert_gate: Projection<B>,
     pub num_experts_per_tok: usize,
 }
 
 impl SparseMoeConfig {
+    /// A lazily initialised f32 block.
     pub fn init<B: FormatOps>(&self, device: &B::Device) -> SparseMoe<B> {
+        self.load(&Load::lazy(device, WeightFormat::F32).root())
+    }
+
+    /// The block `{at}.*`.
+    pub fn load<B: FormatOps>(&self, at: &Loader<B>) -> SparseMoe<B> {
         let (e, h, i) = (self.num_experts, self.hidden_size, self.moe_intermediate_size);
-        let linear = |i, o| LinearConfig::new(i, o).with_bias(false).init(device);
-        let normal = |fan_in: usize| Initializer::Normal { mean: 0.0, std: 1.0 / (fan_in as f64).sqrt() };
+        let experts = at.at("experts");
         SparseMoe {
-            gate: linear(h, e),
-            experts: match self.weights.for_input_width(h).for_input_width(i) {
-                WeightFormat::F32 => Experts::Float(FloatExperts {
-                    gate_up_proj: normal(h).init([e, h, 2 * i], device),
-                    down_proj: normal(i).init([e, i, h], device),
-                }),
-                WeightFormat::Q8 => Experts::Q8(Q8Experts {
-                    gate_up_proj: Q8Weight::init([e, 2 * i, h], ProjectionInput::Normed, device),
-                    down_proj: Q8Weight::init([e, h, i], ProjectionInput::Product, device),
-                }),
-                WeightFormat::Q4 => Experts::Q4(Q4Experts {
-                    gate_up_proj: Q4Weight::init([e, 2 * i, h], device),
-                    down_proj: Q4Weight::init([e, h, i], device),
-                }),
-                WeightFormat::F16 => Experts::F16(half_experts(e, h, i, Half::F16, device)),
-                WeightFormat::Bf16 => Experts::Bf16(half_experts(e, h, i, Half::Bf16, device)),
+            gate: ProjectionConfig::new(h, e, ProjectionInput::Normed).load(&at.at("gate")),
+            experts: Experts {
+                gate_up_proj: experts.weight("gate_up_proj", [e, 2 * i, h], WeightUse::Matmul(ProjectionInput::Normed)),
+                down_proj: experts.weight("down_proj", [e, h, i], WeightUse::Matmul(ProjectionInput::Product)),
             },
-            shared_expert: MlpConfig::new(h, self.shared_expert_intermediate_size)
-                .with_weights(self.weights)
-                .init(device),
-            shared_expert_gate: linear(h, 1),
+            shared_expert: MlpConfig::new(h, self.shared_expert_intermediate_size).load(&at.at("shared_expert")),
+            shared_expert_gate: ProjectionConfig::new(h, 1, ProjectionInput::Normed).load(&at.at("shared_expert_gate")),
             num_experts_per_tok: self.num_experts_per_tok,
         }
-    }
-}
-
-/// Lazy 16-bit experts in `half`: `e` experts of SwiGLU width `i` on `h`.
-fn half_experts<B: Backend>(e: usize, h: usize, i: usize, half: Half, device: &B::Device) -> HalfExperts<B> {
-    HalfExperts {
-        gate_up_proj: HalfWeight::init([e, 2 * i, h], half, device),
-        down_proj: HalfWeight::init([e, h, i], half, device),
     }
 }
 
@@ -132,7 +73,7 @@ impl<B: ExpertCount + ProjectionOps + Gating> SparseMoe<B> {
         let [batch, len, hidden] = x.dims();
         let tokens = reshape(x, [batch * len, hidden]);
         let routed = self.routed(tokens.clone());
-        let shared = self.shared_expert.forward(tokens.clone()) * sigmoid(linear(&self.shared_expert_gate, tokens));
+        let shared = self.shared_expert.forward(tokens.clone()) * sigmoid(self.shared_expert_gate.forward(tokens));
         reshape(routed + shared, [batch, len, hidden])
     }
 
@@ -151,7 +92,7 @@ impl<B: ExpertCount + ProjectionOps + Gating> SparseMoe<B> {
             return Tensor::zeros([0, hidden], &device);
         }
 
-        let probs = softmax(linear(&self.gate, tokens.clone()), 1);
+        let probs = softmax(self.gate.forward(tokens.clone()), 1);
         let (weights, experts) = probs.topk_with_indices(k, 1);
         let weights = weights.clone() / weights.sum_dim(1);
 
@@ -178,7 +119,7 @@ impl<B: FormatOps> SparseMoe<B> {
     /// weighted (4 k of the hidden width); one expert's SwiGLU, on every token at worst (3 of its
     /// width); the shared expert; the scattered sum (2 of the hidden width).
     pub fn working_values(&self) -> usize {
-        let [hidden, experts] = self.gate.weight.lazy_shape().dims::<2>();
+        let [hidden, experts] = self.gate.dims();
         let (_, width) = self.experts.dims();
         2 * experts
             + 4 * self.num_experts_per_tok * hidden
@@ -188,27 +129,11 @@ impl<B: FormatOps> SparseMoe<B> {
     }
 }
 
-impl<B: FormatOps> Experts<B> {
+impl<B: Backend> Experts<B> {
     /// `(E, I)`: the number of experts and each one's SwiGLU width.
     pub fn dims(&self) -> (usize, usize) {
-        match self {
-            Experts::Float(experts) => {
-                let [e, i, _] = experts.down_proj.lazy_shape().dims::<3>();
-                (e, i)
-            }
-            Experts::Q8(experts) => {
-                let [e, _, i] = experts.down_proj.weight_dims();
-                (e, i)
-            }
-            Experts::Q4(experts) => {
-                let [e, _, i] = experts.down_proj.weight_dims();
-                (e, i)
-            }
-            Experts::F16(experts) | Experts::Bf16(experts) => {
-                let [e, _, i] = experts.down_proj.dims();
-                (e, i)
-            }
-        }
+        let [e, _, i] = self.down_proj.dims;
+        (e, i)
     }
 }
 
@@ -216,23 +141,11 @@ impl<B: ProjectionOps + Gating> Experts<B> {
     /// `x [rows, hidden] -> [rows, 2I]`, sorted by expert with `counts [E]` rows each: each row's
     /// expert's gate and up projections side by side.
     fn gate_up(&self, x: Tensor<B, 2>, counts: Tensor<B, 1, Int>) -> Tensor<B, 2> {
-        match self {
-            Experts::Float(experts) => grouped_matmul(x, experts.gate_up_proj.val(), counts),
-            Experts::Q8(experts) => experts.gate_up_proj.grouped_matmul(x, counts),
-            Experts::Q4(experts) => experts.gate_up_proj.grouped_matmul(x, counts),
-            Experts::F16(experts) => experts.gate_up_proj.grouped_matmul(x, counts, Half::F16),
-            Experts::Bf16(experts) => experts.gate_up_proj.grouped_matmul(x, counts, Half::Bf16),
-        }
+        self.gate_up_proj.grouped_matmul(x, counts)
     }
 
     /// `h [rows, I] -> [rows, hidden]`, sorted as for [`Experts::gate_up`]: the down projections.
     fn down(&self, h: Tensor<B, 2>, counts: Tensor<B, 1, Int>) -> Tensor<B, 2> {
-        match self {
-            Experts::Float(experts) => grouped_matmul(h, experts.down_proj.val(), counts),
-            Experts::Q8(experts) => experts.down_proj.grouped_matmul(h, counts),
-            Experts::Q4(experts) => experts.down_proj.grouped_matmul(h, counts),
-            Experts::F16(experts) => experts.down_proj.grouped_matmul(h, counts, Half::F16),
-            Experts::Bf16(experts) => experts.down_proj.grouped_matmul(h, counts, Half::Bf16),
-        }
+        self.down_proj.grouped_matmul(h, counts)
     }
 }

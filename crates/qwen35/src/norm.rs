@@ -5,6 +5,9 @@ use burn::module::{Initializer, Module, Param};
 use burn::tensor::{Tensor, backend::Backend};
 use decider_ops::{Gating, silu};
 
+use crate::loader::Loader;
+use crate::weight_format::FormatOps;
+
 /// Configuration of both norm kinds: the normalised width and epsilon.
 #[derive(Config, Debug)]
 pub struct RmsNormConfig {
@@ -41,6 +44,16 @@ impl RmsNormConfig {
     /// A gated norm with `weight = 1`.
     pub fn init_gated<B: Backend>(&self, device: &B::Device) -> GatedRmsNorm<B> {
         GatedRmsNorm { weight: Initializer::Ones.init([self.size], device), eps: self.eps }
+    }
+
+    /// The zero-centred norm `{at}.weight`.
+    pub fn load<B: FormatOps>(&self, at: &Loader<B>) -> RmsNorm<B> {
+        RmsNorm { weight: at.param("weight", [self.size], Initializer::Zeros), eps: self.eps }
+    }
+
+    /// The gated norm `{at}.weight`.
+    pub fn load_gated<B: FormatOps>(&self, at: &Loader<B>) -> GatedRmsNorm<B> {
+        GatedRmsNorm { weight: at.param("weight", [self.size], Initializer::Ones), eps: self.eps }
     }
 }
 

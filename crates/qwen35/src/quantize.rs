@@ -8,22 +8,22 @@
 //! as `{name}.q4_values` and `{name}.q4_scales` ([`crate::checkpoint::Q4_VALUES`]), one held in
 //! f16 or bf16 as itself in that dtype, every other tensor in f32, and each shard's metadata
 //! names the format ([`crate::checkpoint::FORMAT_KEY`]).
-//! Tensors the model does not read (a vision tower, MTP) are left out. The tensors are read by
-//! the loader itself (`CheckpointFiller::writing_to`), so a quantized folder holds exactly the
-//! blocks a load would make. Writing holds at most a shard (`shards.rs`) and one tensor,
+//! Tensors the model does not read (a vision tower, MTP) are left out; routed experts stored per
+//! expert are written fused. The tensors are read by the loader itself
+//! (`CheckpointSource::writing_to`, a build that holds nothing), so a quantized folder holds
+//! exactly the blocks a load would make. Writing holds at most a shard (`shards.rs`) and one tensor,
 //! twice (as read, and as the bytes to write). The folder is written under a temporary name
 //! beside `out` and renamed to `out` once complete: a failed run leaves no partial folder.
 
 use std::path::Path;
 
-use burn::module::Module;
-
 use crate::checkpoint::Checkpoint;
 use crate::config::Qwen35Config;
 use crate::error::LoadError;
+use crate::loader::Load;
 use crate::shards::ShardWriter;
 use crate::weight_format::{FormatOps, WeightFormat};
-use crate::weights::CheckpointFiller;
+use crate::weights::CheckpointSource;
 
 /// Writes the model folder `dir` with its weights in `weights` (any format but f32) to the folder
 /// `out`, which must not exist or be empty. Returns the number of tensors written. `B` only
@@ -61,11 +61,11 @@ pub fn quantize_folder<B: FormatOps>(
             }
         }
         let mut writer = ShardWriter::new(&partial, weights);
-        let mut filler = CheckpointFiller::<B>::new(&checkpoint, device)?.writing_to(&mut writer);
-        let _unfilled = config.init_with_weights::<B>(weights, device).map(&mut filler);
-        if let Some(error) = filler.error {
-            return Err(error);
-        }
+        let source = CheckpointSource::new(&checkpoint)?.writing_to(&mut writer);
+        let load = Load::<B>::from(&source, device, weights).reading_only();
+        let unfilled = config.load(&load.root());
+        load.finish(unfilled)?;
+        drop(source);
         let tensors = writer.finish()?;
         std::fs::rename(&partial, out).map_err(write(out))?;
         Ok(tensors)

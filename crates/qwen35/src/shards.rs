@@ -4,16 +4,14 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use decider_ops::Half;
-use half::f16;
 use safetensors::Dtype;
 use safetensors::tensor::TensorView;
 
-use crate::checkpoint::{
-    FORMAT_KEY, HalfValues, Q4_SCALES, Q4_VALUES, Q8_SCALES, Q8_VALUES, block_part, packed_shape, scales_shape,
-};
 use crate::error::LoadError;
 use crate::weight_format::WeightFormat;
+
+/// The safetensors metadata key under which a quantized folder's shards name their format.
+pub const FORMAT_KEY: &str = "decider.weights";
 
 /// Bytes a shard holds before it is written: quantizing holds at most this plus one tensor.
 const SHARD_BYTES: usize = 1 << 30;
@@ -44,7 +42,14 @@ impl ShardWriter {
         }
     }
 
-    fn add(&mut self, name: String, dtype: Dtype, shape: Vec<usize>, bytes: Vec<u8>) -> Result<(), LoadError> {
+    /// Adds tensor `name` of `dtype` and `shape` (its little-endian `bytes`).
+    pub(crate) fn add(
+        &mut self,
+        name: String,
+        dtype: Dtype,
+        shape: Vec<usize>,
+        bytes: Vec<u8>,
+    ) -> Result<(), LoadError> {
         self.pending_bytes += bytes.len();
         self.pending.push((name, dtype, shape, bytes));
         if self.pending_bytes >= SHARD_BYTES {
@@ -91,64 +96,8 @@ impl ShardWriter {
     }
 }
 
-/// What a checkpoint reader returns, as the tensors of a quantized folder.
+/// Values a quantized folder holds (`crate::checkpoint` says how each is stored).
 pub(crate) trait Written {
     /// Adds the tensor `name` of `shape` (the weight's shape, for blocks) to `writer`.
     fn write(&self, name: &str, shape: &[usize], writer: &mut ShardWriter) -> Result<(), LoadError>;
-}
-
-impl Written for Vec<f32> {
-    fn write(&self, name: &str, shape: &[usize], writer: &mut ShardWriter) -> Result<(), LoadError> {
-        writer.add(name.to_owned(), Dtype::F32, shape.to_vec(), self.iter().flat_map(|v| v.to_le_bytes()).collect())
-    }
-}
-
-/// Q8_0 blocks: values (I8) and scales (F16).
-impl Written for (Vec<i8>, Vec<f16>) {
-    fn write(&self, name: &str, shape: &[usize], writer: &mut ShardWriter) -> Result<(), LoadError> {
-        let (values, scales) = self;
-        writer.add(
-            block_part(name, Q8_VALUES),
-            Dtype::I8,
-            shape.to_vec(),
-            values.iter().map(|&v| v as u8).collect(),
-        )?;
-        write_scales(name, Q8_SCALES, shape, scales, writer)
-    }
-}
-
-/// Q4_0 blocks: packed values (U8, half the weight's last dimension) and scales (F16).
-impl Written for (Vec<u8>, Vec<f16>) {
-    fn write(&self, name: &str, shape: &[usize], writer: &mut ShardWriter) -> Result<(), LoadError> {
-        let (packed, scales) = self;
-        writer.add(block_part(name, Q4_VALUES), Dtype::U8, packed_shape(name, shape)?, packed.clone())?;
-        write_scales(name, Q4_SCALES, shape, scales, writer)
-    }
-}
-
-/// 16-bit floats: the weight under its own name, F16 or BF16.
-impl Written for HalfValues {
-    fn write(&self, name: &str, shape: &[usize], writer: &mut ShardWriter) -> Result<(), LoadError> {
-        let dtype = match self.half {
-            Half::F16 => Dtype::F16,
-            Half::Bf16 => Dtype::BF16,
-        };
-        writer.add(name.to_owned(), dtype, shape.to_vec(), self.bits.iter().flat_map(|b| b.to_le_bytes()).collect())
-    }
-}
-
-/// The scales `{name}.{part}` of weight `name` of `shape`.
-fn write_scales(
-    name: &str,
-    part: &str,
-    shape: &[usize],
-    scales: &[f16],
-    writer: &mut ShardWriter,
-) -> Result<(), LoadError> {
-    writer.add(
-        block_part(name, part),
-        Dtype::F16,
-        scales_shape(name, shape)?,
-        scales.iter().flat_map(|d| d.to_le_bytes()).collect(),
-    )
 }

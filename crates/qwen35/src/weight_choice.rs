@@ -86,9 +86,11 @@ mod tests {
             assert_eq!(name.parse::<WeightChoice>(), Ok(choice));
             assert_eq!(choice.to_string(), name);
         }
+        let names: Vec<&str> = WeightFormat::ALL.iter().map(|(name, _)| *name).collect();
+        assert!(names.starts_with(&["f32", "q8", "q4", "f16", "bf16"]), "the formats keep their names and order");
         assert_eq!(
             "q3".parse::<WeightChoice>(),
-            Err("unknown weight format `q3` (expected one of: auto, f32, q8, q4, f16, bf16)".to_owned())
+            Err(format!("unknown weight format `q3` (expected one of: auto, {})", names.join(", ")))
         );
         assert_eq!(WeightChoice::Auto.without_folder(), WeightFormat::F32);
     }

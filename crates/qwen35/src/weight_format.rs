@@ -1,19 +1,20 @@
-//! The weight formats a model can be held in, and which parameters a format applies to.
+//! The weight formats a model can be held in, and the one policy that says which format each
+//! weight of a model gets ([`held_format`]).
 //!
-//! Which parameters a format applies to: the large projections (DeltaNet `in_proj_qkv`,
-//! `in_proj_z`, `out_proj`; attention `q/k/v/o_proj`; the MLP and shared expert; the routed
-//! experts) and the token tables (the embeddings and an untied output head, see
-//! [`crate::token_table`]; 8-bit in `q4` too: a table's rows are the label logits themselves):
-//! all but a fraction of a percent of the weights. Everything else
-//! stays f32 whatever the format: the norms, the router and shared-expert gates, the DeltaNet
-//! gates `in_proj_a`/`in_proj_b` (their outputs set the decay and the write strength of the
-//! recurrent state), `A_log`, `dt_bias` and the conv kernel. A weight whose input width (a
-//! table's hidden width) is not a whole number of blocks stays f32 in the block formats.
+//! The policy, as llama.cpp and mlx-lm quantize: the large matrices take the format asked for
+//! (DeltaNet `in_proj_qkv`, `in_proj_z`, `out_proj`; attention `q/k/v/o_proj`; the MLP, shared
+//! expert and routed experts; the token tables), all but a fraction of a percent of the weights.
+//! The gates stay f32 whatever the format: the MoE router (`mlp.gate`) and the shared expert's
+//! gate, and the DeltaNet's `in_proj_a`/`in_proj_b` (their outputs set the decay and the write
+//! strength of the recurrent state). A token table asked for in `q4` is held in `q8`: its rows
+//! are the label logits themselves. A weight whose input width is not a whole number of blocks
+//! stays f32 in the block formats. Everything that is not a matrix (norms, `A_log`, `dt_bias`,
+//! the conv kernel) is f32 and is not a [`crate::weight::Weight`] at all.
 
 use std::fmt;
 use std::str::FromStr;
 
-use decider_ops::{Half, HalfMatmul, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, holds_half_floats};
+use decider_ops::{ActivationBits, Half, HalfMatmul, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, holds_half_floats};
 use serde::{Deserialize, Serialize};
 
 /// How the projection and expert weights are held in memory.
@@ -65,13 +66,64 @@ impl WeightFormat {
         }
     }
 
-    /// The format a weight with `d_input` input values gets: block formats need whole blocks.
-    pub fn for_input_width(self, d_input: usize) -> WeightFormat {
+    /// The 16-bit float of a 16-bit format.
+    pub fn half(self) -> Option<Half> {
         match self {
-            WeightFormat::Q8 if !d_input.is_multiple_of(Q8_BLOCK) => WeightFormat::F32,
-            WeightFormat::Q4 if !d_input.is_multiple_of(Q4_BLOCK) => WeightFormat::F32,
-            format => format,
+            WeightFormat::F16 => Some(Half::F16),
+            WeightFormat::Bf16 => Some(Half::Bf16),
+            WeightFormat::F32 | WeightFormat::Q8 | WeightFormat::Q4 => None,
         }
+    }
+}
+
+/// What a projection's input is: it sets how finely a Q8_0 weight's integer dot rounds that input
+/// ([`ActivationBits`], whose doc gives the measured effect).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProjectionInput {
+    /// An RMSNorm's output (the layer's `input_layernorm` or `post_attention_layernorm`): values
+    /// of one size, rounded to 8 bits, as llama.cpp does.
+    Normed,
+    /// A product of activations (`silu(gate) · up`, attention's output times its gate, the
+    /// DeltaNet's gated norm): a few values far above the rest, rounded to 16 bits.
+    Product,
+}
+
+impl ProjectionInput {
+    /// The integers a Q8_0 weight's integer dot rounds this input to.
+    pub fn activation_bits(self) -> ActivationBits {
+        match self {
+            ProjectionInput::Normed => ActivationBits::Eight,
+            ProjectionInput::Product => ActivationBits::Sixteen,
+        }
+    }
+}
+
+/// How a weight is read, which sets the layout it is held in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightUse {
+    /// Multiplied by inputs of this kind (`x · Wᵀ`: projections and experts): held as the
+    /// matmul kernels read it (f32 `[..., in, out]`, blocks in the backend's kernel layout).
+    Matmul(ProjectionInput),
+    /// Read a row at a time by token (the embeddings, the output head): held in row order
+    /// `[rows, width]`, and widened to f32 a row at a time when read.
+    Rows,
+}
+
+/// Matrices that stay f32 in every format, by their module's name in the checkpoint.
+pub const GATES: [&str; 4] = ["in_proj_a", "in_proj_b", "gate", "shared_expert_gate"];
+
+/// The format the weight `name` (its checkpoint name) of `dims` (`[..., out, in]`), read as
+/// `usage`, is held in when the model is loaded in `requested`: the policy in this file's doc.
+pub fn held_format(requested: WeightFormat, name: &str, dims: &[usize], usage: WeightUse) -> WeightFormat {
+    let module = name.strip_suffix(".weight").unwrap_or(name);
+    let module = module.rsplit('.').next().unwrap_or(module);
+    let d_in = dims.last().copied().unwrap_or(0);
+    match requested {
+        _ if GATES.contains(&module) => WeightFormat::F32,
+        WeightFormat::Q4 if usage == WeightUse::Rows => held_format(WeightFormat::Q8, name, dims, usage),
+        WeightFormat::Q8 if !d_in.is_multiple_of(Q8_BLOCK) => WeightFormat::F32,
+        WeightFormat::Q4 if !d_in.is_multiple_of(Q4_BLOCK) => WeightFormat::F32,
+        format => format,
     }
 }
 
