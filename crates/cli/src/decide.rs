@@ -71,7 +71,7 @@ impl GenericTask for &DecideArgs {
     fn run<B: Qwen35Ops>(self, device: &B::Device) -> anyhow::Result<()> {
         let request = self.request()?;
         let start = Instant::now();
-        let decider = self.model.load::<B>(self.weights.format_for::<B>(&self.model, device)?, device)?;
+        let decider = self.model.load::<B>(self.weights.choice, device)?;
         let loaded = start.elapsed();
         let start = Instant::now();
         // The library's prompt path, as `decider prompt` prints by default.

@@ -33,7 +33,7 @@ pub struct ForwardArgs {
 impl GenericTask for &ForwardArgs {
     fn run<B: Qwen35Ops>(self, device: &B::Device) -> anyhow::Result<()> {
         let start = Instant::now();
-        let (config, model) = self.model.network::<B>(self.weights.format_for::<B>(&self.model, device)?, device)?;
+        let (config, model) = self.model.network::<B>(self.weights.choice, device)?;
         let load_time = start.elapsed();
         if let Some(bad) = self.ids.iter().find(|&&id| id < 0 || id as usize >= config.vocab_size) {
             bail!("token id {bad} is out of range for this model's vocab_size {}", config.vocab_size);

@@ -20,8 +20,7 @@ pub struct InfoArgs {
 
 impl GenericTask for &InfoArgs {
     fn run<B: Qwen35Ops>(self, device: &B::Device) -> anyhow::Result<()> {
-        let weights = self.weights.format_for::<B>(&self.model, device)?;
-        let decider = self.model.load::<B>(weights, device)?;
+        let decider = self.model.load::<B>(self.weights.choice, device)?;
         let model = decider.model();
         let config = &decider.prompter().config;
         let tokenizer = &decider.prompter().tokenizer;
@@ -31,7 +30,7 @@ impl GenericTask for &InfoArgs {
             "model": decider.name(),
             "source": decider.source(),
             "backend": self.backend.to_string(),
-            "weights": weights.to_string(),
+            "weights": model.format.to_string(),
             "random_weights": self.model.is_random(),
             "release_date": config.release_date,
             "layers": layers.len(),

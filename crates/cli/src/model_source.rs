@@ -11,7 +11,7 @@ use anyhow::Context;
 use decider::{Decider, Prompter, demo};
 
 use crate::folder_guard::reading_folder;
-use qwen35::{Qwen35Config, Qwen35Model, Qwen35Ops, WeightChoice, WeightFormat};
+use qwen35::{Qwen35Config, Qwen35Model, Qwen35Ops, WeightChoice};
 
 /// `--weights`: the format the projections, experts and token tables are held in (`docs/weights.md`
 /// lists which parameters that covers).
@@ -24,17 +24,6 @@ pub struct WeightsArg {
     /// type where the backend holds it in 2 bytes; else f32).
     #[arg(long = "weights", default_value_t = WeightChoice::Auto)]
     pub choice: WeightChoice,
-}
-
-impl WeightsArg {
-    /// The format to load `model` in on `device` (`auto` reads a folder's shards).
-    pub fn format_for<B: Qwen35Ops>(&self, model: &ModelSource, device: &B::Device) -> anyhow::Result<WeightFormat> {
-        Ok(match model.weights()? {
-            // A folder whose weights cannot be read gets f32: loading it then says what is wrong.
-            Weights::Folder(dir) => self.choice.for_folder::<B>(&dir, device).unwrap_or(WeightFormat::F32),
-            Weights::Random(_) => self.choice.without_folder(),
-        })
-    }
 }
 
 #[derive(Clone, Debug)]
@@ -100,12 +89,13 @@ impl ModelSource {
             .with_context(|| format!("reading the tokenizer and decider_config.json in {}", dir.display()))
     }
 
-    /// The whole model on backend `B`, its projections and experts in `weights`.
-    pub fn load<B: Qwen35Ops>(&self, weights: WeightFormat, device: &B::Device) -> anyhow::Result<Decider<B>> {
+    /// The whole model on backend `B`, its weights in `weights` (`auto` settled from a folder's
+    /// shards; the format chosen is the network's `format`).
+    pub fn load<B: Qwen35Ops>(&self, weights: WeightChoice, device: &B::Device) -> anyhow::Result<Decider<B>> {
         let dir = match self.weights()? {
             Weights::Folder(dir) => check_folder(&dir, &[Part::Network, Part::Tokenizer]).map(|()| dir)?,
             Weights::Random(config) => {
-                let network = || Ok(demo::random_model(&config, weights, device));
+                let network = || Ok(demo::random_model(&config, weights.without_folder(), device));
                 return Ok(Decider::build(|| Ok(Prompter::demo()), network, device, self.to_string())?);
             }
         };
@@ -116,13 +106,13 @@ impl ModelSource {
     /// The network alone (no tokenizer or decider config), for `decider forward`.
     pub fn network<B: Qwen35Ops>(
         &self,
-        weights: WeightFormat,
+        weights: WeightChoice,
         device: &B::Device,
     ) -> anyhow::Result<(Qwen35Config, Qwen35Model<B>)> {
         let dir = match self.weights()? {
             Weights::Folder(dir) => check_folder(&dir, &[Part::Network]).map(|()| dir)?,
             Weights::Random(config) => {
-                let model = demo::random_model(&config, weights, device);
+                let model = demo::random_model(&config, weights.without_folder(), device);
                 return Ok((config, model));
             }
         };

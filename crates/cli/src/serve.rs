@@ -60,8 +60,7 @@ pub fn serve<B: Qwen35Ops>(
     let stats = Arc::new(Stats::default());
     let model_stats = stats.clone();
     let (loaded_tx, loaded) = mpsc::channel();
-    let (model, weights, temperature) =
-        (args.model.clone(), args.weights.format_for::<B>(&args.model, device)?, args.temperature);
+    let (model, weights, temperature) = (args.model.clone(), args.weights.choice, args.temperature);
     let device = device.clone();
     // The model thread owns the model: it loads it, then answers jobs until the server
     // drops its sender.

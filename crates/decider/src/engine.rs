@@ -8,7 +8,7 @@ use std::path::Path;
 use crate::python_json::Json;
 use burn::tensor::{Int, Tensor, TensorData};
 use qwen35::Qwen35Model;
-use qwen35::{Qwen35Ops, WeightFormat};
+use qwen35::{Qwen35Ops, WeightChoice, WeightFormat};
 
 use crate::answer::{argmax, assemble};
 use crate::config::DeciderConfig;
@@ -40,11 +40,12 @@ impl<B: Qwen35Ops> Decider<B> {
         Self::load_with_weights(dir, WeightFormat::F32, device)
     }
 
-    /// [`Decider::load`] with the projections and experts held in `weights` (activations, norms,
-    /// the router, the recurrent state and the readout stay f32).
+    /// [`Decider::load`] with the projections, experts and token tables held in `weights` (a
+    /// format, or `auto` settled from the folder; activations, norms, the router, the recurrent
+    /// state and the readout stay f32).
     pub fn load_with_weights(
         dir: impl AsRef<Path>,
-        weights: WeightFormat,
+        weights: impl Into<WeightChoice>,
         device: &B::Device,
     ) -> Result<Self, DeciderError> {
         let dir = dir.as_ref();

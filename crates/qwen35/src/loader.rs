@@ -131,6 +131,11 @@ impl<B: FormatOps> Loader<'_, '_, B> {
         self.load.device
     }
 
+    /// The format the load was asked for.
+    pub fn requested(&self) -> WeightFormat {
+        self.load.requested
+    }
+
     /// What was built so far.
     pub fn sizes(&self) -> WeightSizes {
         self.load.sizes.get()

@@ -35,6 +35,10 @@ pub struct Qwen35Model<B: Backend> {
     /// The size of the weights, counted as they were built.
     #[module(skip)]
     pub sizes: WeightSizes,
+    /// The format the model was built in (each weight's own is
+    /// [`crate::weight_format::held_format`]'s).
+    #[module(skip)]
+    pub format: WeightFormat,
 }
 
 /// How a call over many tokens is split so that its working memory is bounded by these sizes,
@@ -145,6 +149,7 @@ impl Qwen35Config {
             rope: RotaryEmbedding::new(self.rotary_dim(), self.rope_theta),
             blocks: PrefillBlocks::default(),
             sizes: root.sizes(),
+            format: root.requested(),
         }
     }
 }

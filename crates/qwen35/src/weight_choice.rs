@@ -25,15 +25,22 @@ pub enum WeightChoice {
 impl WeightChoice {
     /// The format to load the model folder `dir` in on `device`.
     pub fn for_folder<B: FormatOps>(self, dir: &Path, device: &B::Device) -> Result<WeightFormat, LoadError> {
+        match self {
+            WeightChoice::Auto => Ok(self.for_checkpoint::<B>(&Checkpoint::open_dir(dir)?, device)),
+            WeightChoice::Exactly(format) => Ok(format),
+        }
+    }
+
+    /// The format to load `checkpoint` in on `device`.
+    pub fn for_checkpoint<B: FormatOps>(self, checkpoint: &Checkpoint, device: &B::Device) -> WeightFormat {
         let WeightChoice::Auto = self else {
-            return Ok(self.without_folder());
+            return self.without_folder();
         };
-        let checkpoint = Checkpoint::open_dir(dir)?;
         if let Some(format) = checkpoint.stored_format() {
-            return Ok(format);
+            return format;
         }
         let half = checkpoint.matrices_half().filter(|&half| WeightFormat::half_bytes::<B>(half, device) == 2);
-        Ok(half.map_or(WeightFormat::F32, WeightFormat::of_half))
+        half.map_or(WeightFormat::F32, WeightFormat::of_half)
     }
 
     /// The format of a model built without a folder (random weights).
@@ -42,6 +49,12 @@ impl WeightChoice {
             WeightChoice::Exactly(format) => format,
             WeightChoice::Auto => WeightFormat::F32,
         }
+    }
+}
+
+impl From<WeightFormat> for WeightChoice {
+    fn from(format: WeightFormat) -> Self {
+        WeightChoice::Exactly(format)
     }
 }
 

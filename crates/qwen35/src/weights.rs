@@ -20,6 +20,7 @@ use crate::loader::{Load, TensorSource};
 use crate::model::Qwen35Model;
 use crate::shards::{ShardWriter, Written};
 use crate::weight::{WeightValues, stack_dims};
+use crate::weight_choice::WeightChoice;
 use crate::weight_format::{FormatOps, WeightFormat, WeightUse};
 
 /// Where the text model's tensors start, in the order tried: released checkpoints, then
@@ -40,17 +41,19 @@ pub fn load_model<B: FormatOps>(
     load_model_with_weights(dir, WeightFormat::F32, device)
 }
 
-/// Loads a model folder with its weights in `weights` (as [`crate::weight_format::held_format`]
-/// holds each).
+/// Loads a model folder with its weights in `weights` (a format, or `auto` settled from the
+/// checkpoint; each weight as [`crate::weight_format::held_format`] holds it), opening its
+/// checkpoint once. The format it was loaded in is the model's [`Qwen35Model::format`].
 pub fn load_model_with_weights<B: FormatOps>(
     dir: impl AsRef<Path>,
-    weights: WeightFormat,
+    weights: impl Into<WeightChoice>,
     device: &B::Device,
 ) -> Result<(Qwen35Config, Qwen35Model<B>), LoadError> {
     let dir = dir.as_ref();
     let config = Qwen35Config::from_file(dir.join("config.json"))?;
     let checkpoint = Checkpoint::open_dir(dir)?;
-    let model = load_weights(&config, &checkpoint, weights, device)?;
+    let format = weights.into().for_checkpoint::<B>(&checkpoint, device);
+    let model = load_weights(&config, &checkpoint, format, device)?;
     Ok((config, model))
 }
 

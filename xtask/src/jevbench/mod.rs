@@ -122,7 +122,7 @@ impl GenericTask for &JevbenchArgs {
                 run_and_report(self, &mut Http::new(url), meta)?
             }
             None => {
-                let decider = self.model.load::<B>(self.weights.format_for::<B>(&self.model, device)?, device)?;
+                let decider = self.model.load::<B>(self.weights.choice, device)?;
                 let meta = meta(self, decider.name(), decider.source(), self.model.is_random());
                 run_and_report(self, &mut InProcess(&decider), meta)?
             }
