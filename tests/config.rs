@@ -23,8 +23,8 @@ fn qwen35_2b_parses_with_the_real_shapes() {
     assert!(config.tie_word_embeddings);
     assert_eq!((config.rope_theta, config.rotary_dim()), (1e7, 64));
 
-    // Build the model lazily (no weights are allocated) and read its parameter shapes; burn
-    // Linear weights are [in, out], the checkpoint's [out, in] transposed.
+    // Build the model lazily (no weights are allocated) and read its parameter shapes; a
+    // projection's dims are [in, out], the checkpoint's [out, in] transposed.
     let model = config.init::<B>(&Default::default());
     let TokenMixer::LinearAttn(delta) = &model.layers[0].mixer else { panic!("layer 0 must be DeltaNet") };
     assert_eq!(delta.in_proj_qkv.dims(), [2048, 6144]);

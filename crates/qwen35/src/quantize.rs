@@ -8,8 +8,7 @@
 //! as `{name}.q4_values` and `{name}.q4_scales` ([`crate::checkpoint::Q4_VALUES`]), one held in
 //! f16 or bf16 as itself in that dtype, every other tensor in f32, and each shard's metadata
 //! names the format ([`crate::checkpoint::FORMAT_KEY`]).
-//! Tensors the model does not read (a vision tower, MTP) are left out; routed experts stored per
-//! expert are written fused. The tensors are read by the loader itself
+//! Tensors the model does not read (a vision tower, MTP) are left out. The tensors are read by the loader itself
 //! (`CheckpointSource::writing_to`, a build that holds nothing), so a quantized folder holds
 //! exactly the blocks a load would make. Writing holds at most a shard (`shards.rs`) and one tensor,
 //! twice (as read, and as the bytes to write). The folder is written under a temporary name

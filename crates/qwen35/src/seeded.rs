@@ -51,7 +51,7 @@ impl TensorSource for SeededSource {
 
     fn weight(
         &self,
-        name: &str,
+        _name: &str,
         dims: &[usize],
         format: WeightFormat,
         usage: WeightUse,
@@ -63,7 +63,6 @@ impl TensorSource for SeededSource {
             }
             WeightUse::Rows => self.draw(batch * d_out * d_in, 1.0 / (d_out as f32).sqrt()),
         };
-        let _ = name;
         Ok(WeightValues::from_f32(values, d_in, format).expect("values within ±1 are in every format's range"))
     }
 }

@@ -152,7 +152,12 @@ impl<B: FormatOps, const D: usize> Weight<B, D> {
                 let (batch, d_out, d_in) = stack_dims(&dims);
                 let mut held = dims;
                 held.swap(D - 2, D - 1);
-                let values = transpose_last2(&values, batch, d_out, d_in);
+                // The checkpoint's order is let go before the tensor is made from the transpose.
+                let values = {
+                    let transposed = transpose_last2(&values, batch, d_out, d_in);
+                    drop(values);
+                    transposed
+                };
                 Held::F32(Param::from_tensor(Tensor::from_data(TensorData::new(values, held), device)))
             }
             (WeightValues::F32(values), WeightUse::Rows) => {
@@ -383,7 +388,7 @@ fn lazy_ints<B: Backend, const D: usize>(shape: [usize; D], device: &B::Device) 
 
 /// `(weights, rows, cols)` of a weight `[rows, cols]` (one weight) or a stack of them
 /// `[weights, rows, cols]` (the experts).
-pub fn stack_dims(shape: &[usize]) -> (usize, usize, usize) {
+pub(crate) fn stack_dims(shape: &[usize]) -> (usize, usize, usize) {
     match *shape {
         [rows, cols] => (1, rows, cols),
         [weights, rows, cols] => (weights, rows, cols),
@@ -393,7 +398,7 @@ pub fn stack_dims(shape: &[usize]) -> (usize, usize, usize) {
 
 /// Transposes each of `batch` row-major `[rows, cols]` matrices to `[cols, rows]`, in tiles
 /// (so both sides are read and written a cache line at a time), in parallel over output rows.
-pub fn transpose_last2(values: &[f32], batch: usize, rows: usize, cols: usize) -> Vec<f32> {
+pub(crate) fn transpose_last2(values: &[f32], batch: usize, rows: usize, cols: usize) -> Vec<f32> {
     const TILE: usize = 32;
     let mut out = vec![0.0; values.len()];
     if values.is_empty() {

@@ -17,7 +17,7 @@ use std::str::FromStr;
 use decider_ops::{ActivationBits, Half, HalfMatmul, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, holds_half_floats};
 use serde::{Deserialize, Serialize};
 
-/// How the projection and expert weights are held in memory.
+/// How the projections, experts and token tables are held in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WeightFormat {
