@@ -126,11 +126,6 @@ impl<B: FormatOps> Loader<'_, '_, B> {
         }
     }
 
-    /// The device the model is built on.
-    pub fn device(&self) -> &B::Device {
-        self.load.device
-    }
-
     /// The format the load was asked for.
     pub fn requested(&self) -> WeightFormat {
         self.load.requested

@@ -8,12 +8,11 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::error::LoadError;
 use crate::loader::TensorSource;
-use crate::weight::{WeightValues, stack_dims, transpose_last2};
+use crate::weight::{WeightValues, stack_dims};
 use crate::weight_format::{WeightFormat, WeightUse};
 
 /// Uniform values, each tensor from its own ChaCha8 stream of one seed, the streams taken in the
-/// order the tensors are read: a weight read by a matmul `[..., out, in]` in ±1/√in (drawn in
-/// its f32 layout `[..., in, out]`), a table `[rows, width]` in ±1/√rows, a vector in ±0.5, any
+/// order the tensors are read: a weight read by a matmul `[..., out, in]` in ±1/√in, a table `[rows, width]` in ±1/√rows, a vector in ±0.5, any
 /// other tensor in ±1/√(its first dimension). A weight in another format is the rounding of the
 /// f32 weight the same stream gives ([`WeightValues::from_f32`]).
 pub struct SeededSource {
@@ -57,12 +56,12 @@ impl TensorSource for SeededSource {
         usage: WeightUse,
     ) -> Result<WeightValues, LoadError> {
         let (batch, d_out, d_in) = stack_dims(dims);
-        let values = match usage {
-            WeightUse::Matmul(_) => {
-                transpose_last2(&self.draw(batch * d_in * d_out, 1.0 / (d_in as f32).sqrt()), batch, d_in, d_out)
-            }
-            WeightUse::Rows => self.draw(batch * d_out * d_in, 1.0 / (d_out as f32).sqrt()),
+        // Drawn in the order a checkpoint stores the weight, which the weight holds as it needs.
+        let bound = match usage {
+            WeightUse::Matmul(_) => 1.0 / (d_in as f32).sqrt(),
+            WeightUse::Rows => 1.0 / (d_out as f32).sqrt(),
         };
+        let values = self.draw(batch * d_out * d_in, bound);
         Ok(WeightValues::from_f32(values, d_in, format).expect("values within ±1 are in every format's range"))
     }
 }
