@@ -6,7 +6,7 @@
 //! shape; the grouped matmuls of an MoE layer (64 experts of 35B-A3B's gate/up projection, 2048
 //! -> 1024, in f32 and Q8_0) with the 4 and 16 rows an expert gets from 128 and 512 prompt
 //! tokens, against their generic form (the backend's dense product per expert). On x86-64, the
-//! CPU forms of the Q8_0 matmul side by side (`cpu/`): the dequantized sgemm and each integer dot
+//! CPU forms of the Q8_0 matmul side by side (`q8_matmul/cpu.rs`, `cpu/integer_dot/`): the dequantized sgemm and each integer dot
 //! the CPU runs.
 //!
 //! Run: `cargo bench -p decider-ops --bench ops --features candle,wgpu` (or `cargo xtask bench`). Each group measures the
@@ -189,10 +189,8 @@ fn bench_backend<B: ExpertCount + UnitLowerInverse + Q8Matmul + DenseMatmul>(c: 
 /// runs, 8- and 16-bit activations.
 #[cfg(all(feature = "cpu-kernels", target_arch = "x86_64"))]
 fn bench_cpu_forms(c: &mut Criterion) {
-    use decider_ops::cpu::{
-        self,
-        integer_dot::{self as dot, DotIsa},
-    };
+    use decider_ops::cpu::integer_dot::{self as dot, DotIsa};
+    use decider_ops::q8_matmul::cpu::dequantized_q8_matmul;
     use decider_ops::round_activations;
     let mut seed = 1u32;
     let mut next = move || {
@@ -213,7 +211,7 @@ fn bench_cpu_forms(c: &mut Criterion) {
                 if tokens <= 512 {
                     group.bench_function(BenchmarkId::new(format!("dequantized_{bits:?}"), tokens), |b| {
                         b.iter(|| {
-                            cpu::dequantized_q8_matmul(
+                            dequantized_q8_matmul(
                                 &round_activations(&x, d_in, bits),
                                 tokens,
                                 &values,

@@ -1,8 +1,9 @@
 //! The burn backends of this build, chosen by decider-ops' cargo features: the one list that the
 //! CLI's `--backend`, the backend test suites and the benches are made from.
 //!
-//! A new backend is a feature in this crate's manifest, its kernels in `backends/`, a type and a
-//! gate below and one line in [`for_each_backend!`]. The features are decider-ops' own and cargo
+//! A new backend is a feature in this crate's manifest, a type, a gate and one line in
+//! [`for_each_backend!`] below, and its rules in `backends/mod.rs`'s `generic_forms!` (which
+//! gives it every op's generic form); a kernel of its own is then a file in that op's folder. The features are decider-ops' own and cargo
 //! unifies them across a build, so a crate that calls [`for_each_backend!`] needs no `cfg` of
 //! its own: `--features decider-ops/candle` anywhere adds candle everywhere.
 
@@ -20,7 +21,9 @@ pub type Wgpu = burn::backend::Wgpu;
 
 /// Expands `$callback! { name, Backend, "what it is" }` once for every backend compiled into
 /// this build, in order of preference (the first is the default `--backend`); `name` is the
-/// backend's `--backend` spelling, an identifier that can also name a module or a test.
+/// backend's `--backend` spelling, an identifier that can also name a module or a test. Tokens
+/// after the callback's name are passed on after the description
+/// (`for_each_backend!(suite, a, b)` expands `suite! { name, Backend, "what it is", a, b }`).
 ///
 /// ```
 /// macro_rules! print_name {
@@ -32,10 +35,10 @@ pub type Wgpu = burn::backend::Wgpu;
 /// ```
 #[macro_export]
 macro_rules! for_each_backend {
-    ($callback:ident) => {
-        $crate::__if_ndarray! { $callback! { ndarray, $crate::backend_list::NdArray, "pure-Rust CPU backend" } }
-        $crate::__if_candle! { $callback! { candle, $crate::backend_list::Candle, "candle's CPU backend" } }
-        $crate::__if_wgpu! { $callback! { wgpu, $crate::backend_list::Wgpu, "WebGPU on the default adapter (Vulkan, Metal, DX12)" } }
+    ($callback:ident $($extra:tt)*) => {
+        $crate::__if_ndarray! { $callback! { ndarray, $crate::backend_list::NdArray, "pure-Rust CPU backend" $($extra)* } }
+        $crate::__if_candle! { $callback! { candle, $crate::backend_list::Candle, "candle's CPU backend" $($extra)* } }
+        $crate::__if_wgpu! { $callback! { wgpu, $crate::backend_list::Wgpu, "WebGPU on the default adapter (Vulkan, Metal, DX12)" $($extra)* } }
     };
 }
 

@@ -2,9 +2,9 @@
 //! correct, and the yardstick the specialised kernels are tested and benchmarked against.
 //!
 //! This module only lists them: each is defined in a `generic` module beside its op's trait
-//! (`q8_matmul::generic::q8_matmul` in `q8_matmul.rs`, the chunked scan in
-//! `gated_delta_rule.rs`, ...), so that an op's file holds its trait, wrapper and default and
-//! imports no other op's through here.
+//! (`q8_matmul::generic::q8_matmul` in `q8_matmul/mod.rs`, the chunked scan in
+//! `gated_delta_rule/mod.rs`, ...), so that an op's folder holds its trait, wrapper and default
+//! and imports no other op's through here.
 
 pub use crate::causal_conv1d::generic::causal_conv1d;
 pub use crate::dense_matmul::generic::{dense_matmul, grouped_matmul};

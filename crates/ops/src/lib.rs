@@ -3,20 +3,22 @@
 pub mod backend_list;
 mod backends;
 mod block_storage;
-mod causal_conv1d;
+pub mod causal_conv1d;
 #[cfg(feature = "cpu-kernels")]
 pub mod cpu;
-mod dense_matmul;
-mod expert_count;
-mod gated_delta_rule;
-mod gating;
+pub mod dense_matmul;
+pub mod expert_count;
+pub mod gated_delta_rule;
+pub mod gating;
 pub mod generic;
-mod half_matmul;
-mod q4_matmul;
-mod q8_matmul;
+pub mod half_matmul;
+pub mod q4_matmul;
+pub mod q8_matmul;
 pub mod reference;
-mod reshape;
-mod unit_lower_inverse;
+pub mod reshape;
+#[cfg(test)]
+mod test_support;
+pub mod unit_lower_inverse;
 
 pub use block_storage::{BlockInts, BlockStorage};
 pub use causal_conv1d::{CausalConv1d, causal_conv1d};
