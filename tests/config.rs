@@ -6,12 +6,12 @@ use burn::backend::NdArray;
 use integration_tests::fixture_path;
 use qwen35::decoder::{FeedForward, TokenMixer};
 use qwen35::weight::Held;
-use qwen35::{FeedForwardType, LayerType, Qwen35Config};
+use qwen35::{FeedForwardType, Qwen35Config, TokenMixerKind};
 
 type B = NdArray;
 
 fn full_attention_layers(config: &Qwen35Config) -> Vec<usize> {
-    (0..config.num_hidden_layers).filter(|&i| config.layer_types[i] == LayerType::SelfAttn).collect()
+    (0..config.num_hidden_layers).filter(|&i| config.layer_types[i] == TokenMixerKind::SelfAttn).collect()
 }
 
 #[test]

@@ -27,7 +27,7 @@ use std::time::Instant;
 use burn::tensor::{Int, Tensor, TensorData};
 use decider::demo::random_model;
 use integration_tests::{fixture_path, process_memory_bytes};
-use qwen35::{LayerType, Qwen35Config, Qwen35Ops, WeightFormat};
+use qwen35::{Qwen35Config, Qwen35Ops, TokenMixerKind, WeightFormat};
 
 /// Longer states are timed once.
 const LONG: usize = 4096;
@@ -57,9 +57,9 @@ impl Stack {
         config.layer_types = self.layers.iter().map(|&layer| config.layer_types[layer]).collect();
         config.num_hidden_layers = self.layers.len();
         config.vocab_size = 1024;
-        let kinds = |kind: LayerType| config.layer_types.iter().filter(|&&t| t == kind).count();
+        let kinds = |kind: TokenMixerKind| config.layer_types.iter().filter(|&&t| t == kind).count();
         assert_eq!(
-            (kinds(LayerType::LinearAttn), kinds(LayerType::SelfAttn)),
+            (kinds(TokenMixerKind::LinearAttn), kinds(TokenMixerKind::SelfAttn)),
             (self.layers.len() - 1, 1),
             "{}",
             self.name

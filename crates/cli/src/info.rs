@@ -1,7 +1,7 @@
 //! `decider info`: what a model folder holds, as the runtime reads it.
 
 use qwen35::Qwen35Ops;
-use qwen35::decoder::{DecoderLayer, FeedForward, TokenMixer};
+use qwen35::decoder::{DecoderLayer, FeedForward};
 use serde_json::json;
 
 use decider_cli::backend::{BackendName, GenericTask};
@@ -25,7 +25,7 @@ impl GenericTask for &InfoArgs {
         let config = &decider.prompter().config;
         let tokenizer = &decider.prompter().tokenizer;
         let [vocab, hidden] = model.embed_tokens.dims();
-        let layers: Vec<&str> = model.layers.iter().map(layer_kind).collect();
+        let layers: Vec<String> = model.layers.iter().map(layer_kind).collect();
         let info = json!({
             "model": decider.name(),
             "source": decider.source(),
@@ -55,11 +55,10 @@ impl GenericTask for &InfoArgs {
 }
 
 /// A layer's token mixer and feed-forward, in the checkpoint's words.
-fn layer_kind<B: Qwen35Ops>(layer: &DecoderLayer<B>) -> &'static str {
-    match (&layer.mixer, &layer.mlp) {
-        (TokenMixer::LinearAttn(_), FeedForward::Dense(_)) => "linear_attention + mlp",
-        (TokenMixer::LinearAttn(_), FeedForward::Sparse(_)) => "linear_attention + moe",
-        (TokenMixer::SelfAttn(_), FeedForward::Dense(_)) => "full_attention + mlp",
-        (TokenMixer::SelfAttn(_), FeedForward::Sparse(_)) => "full_attention + moe",
-    }
+fn layer_kind<B: Qwen35Ops>(layer: &DecoderLayer<B>) -> String {
+    let feed_forward = match &layer.mlp {
+        FeedForward::Dense(_) => "mlp",
+        FeedForward::Sparse(_) => "moe",
+    };
+    format!("{} + {feed_forward}", layer.mixer.kind().name())
 }

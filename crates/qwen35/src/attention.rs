@@ -122,6 +122,10 @@ impl<B: Backend> GatedAttention<B> {
     }
 }
 
+/// Bytes per query row, head and key of one step of [`attend`]: the scores, their masked copy and
+/// their exponentials in f32, and the causal mask.
+pub const SCORE_BYTES: usize = 3 * 4 + 1;
+
 /// Causal attention of the last `len` positions of `cache` (whose last block holds them) over
 /// every position of `cache`, by key blocks of at most `key_block` with an online softmax (the
 /// flash-attention recurrence: a running maximum `m`, denominator `l` and weighted sum `acc`,

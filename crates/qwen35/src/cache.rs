@@ -51,9 +51,9 @@ pub struct DeltaNetState<B: Backend> {
     pub recurrent: Tensor<B, 4>,
 }
 
-/// The state of one decoder layer, by its mixer (named as [`crate::decoder::TokenMixer`]).
+/// The state a layer's token mixer keeps between calls, by its kind ([`crate::TokenMixerKind`]).
 #[derive(Debug, Clone)]
-pub enum LayerState<B: Backend> {
+pub enum TokenMixerState<B: Backend> {
     LinearAttn(DeltaNetState<B>),
     SelfAttn(KvCache<B>),
 }
@@ -61,7 +61,7 @@ pub enum LayerState<B: Backend> {
 /// The state of every layer after the tokens seen so far.
 #[derive(Debug, Clone)]
 pub struct ModelCache<B: Backend> {
-    pub(crate) layers: Vec<Option<LayerState<B>>>,
+    pub(crate) layers: Vec<Option<TokenMixerState<B>>>,
     pub(crate) seq_len: usize,
 }
 
@@ -77,7 +77,7 @@ impl<B: Backend> ModelCache<B> {
     }
 
     /// The state of layer `index`, if that layer has run.
-    pub fn layer(&self, index: usize) -> Option<&LayerState<B>> {
+    pub fn layer(&self, index: usize) -> Option<&TokenMixerState<B>> {
         self.layers.get(index).and_then(Option::as_ref)
     }
 
@@ -89,8 +89,8 @@ impl<B: Backend> ModelCache<B> {
             .iter()
             .map(|layer| {
                 layer.as_ref().map(|state| match state {
-                    LayerState::SelfAttn(kv) => LayerState::SelfAttn(kv.repeat_batch(n)),
-                    LayerState::LinearAttn(dn) => LayerState::LinearAttn(DeltaNetState {
+                    TokenMixerState::SelfAttn(kv) => TokenMixerState::SelfAttn(kv.repeat_batch(n)),
+                    TokenMixerState::LinearAttn(dn) => TokenMixerState::LinearAttn(DeltaNetState {
                         conv: dn.conv.clone().repeat_dim(0, n),
                         recurrent: dn.recurrent.clone().repeat_dim(0, n),
                     }),

@@ -13,16 +13,28 @@ use serde_json::Value;
 use crate::error::ConfigError;
 use crate::model_file::{CONFIG_BYTES, read_bounded_text};
 
-/// The mixer of one decoder layer: `config.json`'s `layer_types` entry, the variant named as the
-/// checkpoint's module (and as [`crate::decoder::TokenMixer`] and [`crate::cache::LayerState`]).
+/// The kind of a decoder layer's token mixer: `config.json`'s `layer_types` entry. One kind has
+/// one name, the checkpoint's module's, in every type that depends on it: its widths
+/// ([`crate::decoder::TokenMixerConfig`]), its weights ([`crate::decoder::TokenMixer`]) and its
+/// state between calls ([`crate::cache::TokenMixerState`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub enum LayerType {
+pub enum TokenMixerKind {
     /// Gated DeltaNet (`linear_attn`).
     #[serde(rename = "linear_attention")]
     LinearAttn,
     /// Gated full attention (`self_attn`).
     #[serde(rename = "full_attention")]
     SelfAttn,
+}
+
+impl TokenMixerKind {
+    /// The kind as `config.json` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            TokenMixerKind::LinearAttn => "linear_attention",
+            TokenMixerKind::SelfAttn => "full_attention",
+        }
+    }
 }
 
 /// The feed-forward of every layer: the one thing that tells Qwen3.5 from Qwen3.5-MoE.
@@ -65,7 +77,7 @@ pub struct Qwen35Config {
     pub linear_value_head_dim: usize,
     pub linear_num_key_heads: usize,
     pub linear_num_value_heads: usize,
-    pub layer_types: Vec<LayerType>,
+    pub layer_types: Vec<TokenMixerKind>,
     pub feed_forward: FeedForwardType,
 }
 
@@ -90,7 +102,7 @@ struct RawTextConfig {
     linear_value_head_dim: Option<usize>,
     linear_num_key_heads: Option<usize>,
     linear_num_value_heads: Option<usize>,
-    layer_types: Option<Vec<LayerType>>,
+    layer_types: Option<Vec<TokenMixerKind>>,
     full_attention_interval: Option<usize>,
     num_experts: Option<usize>,
     num_experts_per_tok: Option<usize>,
@@ -366,7 +378,9 @@ impl RawTextConfig {
                     });
                 }
                 (0..num_hidden_layers)
-                    .map(|i| if (i + 1) % interval == 0 { LayerType::SelfAttn } else { LayerType::LinearAttn })
+                    .map(
+                        |i| if (i + 1) % interval == 0 { TokenMixerKind::SelfAttn } else { TokenMixerKind::LinearAttn },
+                    )
                     .collect()
             }
         };

@@ -8,15 +8,16 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{Tensor, backend::Backend};
 
+use crate::TokenMixerKind;
 use crate::attention::{GatedAttention, GatedAttentionConfig};
-use crate::cache::LayerState;
+use crate::cache::TokenMixerState;
 use crate::delta_net::{GatedDeltaNet, GatedDeltaNetConfig};
 use crate::mlp::{Mlp, MlpConfig};
 use crate::moe::{SparseMoe, SparseMoeConfig};
 use crate::norm::{RmsNorm, RmsNormConfig};
 use crate::rope::RotaryEmbedding;
 
-/// Which mixer a layer has, with its configuration.
+/// Which mixer a layer has ([`TokenMixerKind`]), with its widths.
 #[derive(Config, Debug)]
 pub enum TokenMixerConfig {
     LinearAttn(GatedDeltaNetConfig),
@@ -73,6 +74,47 @@ pub enum TokenMixer<B: Backend> {
     SelfAttn(GatedAttention<B>),
 }
 
+impl<B: Backend> TokenMixer<B> {
+    /// Its kind.
+    pub fn kind(&self) -> TokenMixerKind {
+        match self {
+            TokenMixer::LinearAttn(_) => TokenMixerKind::LinearAttn,
+            TokenMixer::SelfAttn(_) => TokenMixerKind::SelfAttn,
+        }
+    }
+}
+
+impl<B: Qwen35Ops> TokenMixer<B> {
+    /// `x`: the normed residual stream `[batch, len, hidden]`; `past`: this layer's state from
+    /// earlier tokens (a state of the other kind is never passed: each layer keeps its own).
+    /// Returns the mixer's output and its state after these tokens.
+    pub fn forward(
+        &self,
+        x: Tensor<B, 3>,
+        past: Option<&TokenMixerState<B>>,
+        call: &CallInputs<B>,
+    ) -> (Tensor<B, 3>, TokenMixerState<B>) {
+        match self {
+            TokenMixer::LinearAttn(delta_net) => {
+                let past = match past {
+                    Some(TokenMixerState::LinearAttn(state)) => Some(state),
+                    _ => None,
+                };
+                let (out, state) = delta_net.forward(x, past);
+                (out, TokenMixerState::LinearAttn(state))
+            }
+            TokenMixer::SelfAttn(attention) => {
+                let past = match past {
+                    Some(TokenMixerState::SelfAttn(cache)) => Some(cache),
+                    _ => None,
+                };
+                let (out, cache) = attention.forward(x, past, call.rope, &call.cos, &call.sin, call.key_block);
+                (out, TokenMixerState::SelfAttn(cache))
+            }
+        }
+    }
+}
+
 /// The feed-forward of a layer (`mlp` in the checkpoint).
 #[derive(Module, Debug)]
 #[allow(clippy::large_enum_variant, reason = "one a layer, built once; a box would add a hop to every call")]
@@ -95,7 +137,7 @@ pub struct LayerOutput<B: Backend> {
     pub hidden: Tensor<B, 3>,
     pub mixer: Tensor<B, 3>,
     pub mlp: Tensor<B, 3>,
-    pub state: LayerState<B>,
+    pub state: TokenMixerState<B>,
 }
 
 /// What every layer of one call shares: the RoPE tables for the call's positions and the
@@ -108,27 +150,31 @@ pub struct CallInputs<'a, B: Backend> {
 }
 
 impl<B: Qwen35Ops> DecoderLayer<B> {
-    /// `hidden`: `[batch, len, hidden]`; `past`: this layer's state from earlier tokens.
-    pub fn forward(&self, hidden: Tensor<B, 3>, past: Option<&LayerState<B>>, call: &CallInputs<B>) -> LayerOutput<B> {
-        let x = self.input_layernorm.forward(hidden.clone());
-        let (mixer, state) = match &self.mixer {
-            TokenMixer::LinearAttn(delta_net) => {
-                let past = match past {
-                    Some(LayerState::LinearAttn(state)) => Some(state),
-                    _ => None,
-                };
-                let (out, state) = delta_net.forward(x, past);
-                (out, LayerState::LinearAttn(state))
-            }
-            TokenMixer::SelfAttn(attention) => {
-                let past = match past {
-                    Some(LayerState::SelfAttn(cache)) => Some(cache),
-                    _ => None,
-                };
-                let (out, cache) = attention.forward(x, past, call.rope, &call.cos, &call.sin, call.key_block);
-                (out, LayerState::SelfAttn(cache))
-            }
+    /// The f32 values [`DecoderLayer::forward`] keeps alive at once per token row: the residual
+    /// stream, the normed input, both blocks' outputs and their sums (6 rows of the hidden
+    /// width), beside the larger of its two blocks' own.
+    pub fn working_values(&self) -> usize {
+        let [hidden] = self.input_layernorm.weight.dims();
+        let mixer = match &self.mixer {
+            TokenMixer::SelfAttn(attention) => attention.working_values(),
+            TokenMixer::LinearAttn(delta_net) => delta_net.working_values(),
         };
+        let feed_forward = match &self.mlp {
+            FeedForward::Dense(mlp) => mlp.working_values(),
+            FeedForward::Sparse(moe) => moe.working_values(),
+        };
+        6 * hidden + mixer.max(feed_forward)
+    }
+
+    /// `hidden`: `[batch, len, hidden]`; `past`: this layer's state from earlier tokens.
+    pub fn forward(
+        &self,
+        hidden: Tensor<B, 3>,
+        past: Option<&TokenMixerState<B>>,
+        call: &CallInputs<B>,
+    ) -> LayerOutput<B> {
+        let x = self.input_layernorm.forward(hidden.clone());
+        let (mixer, state) = self.mixer.forward(x, past, call);
         let hidden = hidden + mixer.clone();
         let x = self.post_attention_layernorm.forward(hidden.clone());
         let mlp = match &self.mlp {

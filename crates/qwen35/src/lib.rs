@@ -34,7 +34,7 @@ pub mod weight_format;
 pub mod weights;
 
 pub use cache::ModelCache;
-pub use config::{FeedForwardType, LayerType, MoeConfig, Qwen35Config};
+pub use config::{FeedForwardType, MoeConfig, Qwen35Config, TokenMixerKind};
 pub use error::{ConfigError, LoadError};
 pub use memory::CallMemory;
 pub use model::{ForwardTrace, LayerTrace, PrefillBlocks, Qwen35Model};

@@ -12,15 +12,12 @@
 use burn::tensor::backend::Backend;
 
 use crate::Qwen35Ops;
-use crate::decoder::{DecoderLayer, FeedForward, TokenMixer};
+use crate::attention;
+use crate::decoder::{DecoderLayer, TokenMixer};
 use crate::model::{PrefillBlocks, Qwen35Model};
 
 /// Bytes of an f32 activation.
 const F32: usize = 4;
-
-/// Bytes per query row, head and key of one attention step: the scores, their masked copy and
-/// their exponentials in f32, and the causal mask.
-const SCORE_BYTES: usize = 3 * F32 + 1;
 
 /// The sizes of a model that set the memory of its calls; no tensors, so any thread can size a
 /// request while the model runs on another.
@@ -47,7 +44,7 @@ impl<B: Qwen35Ops> Qwen35Model<B> {
                 TokenMixer::LinearAttn(delta_net) => state_per_row += delta_net.state_values_per_row(),
             }
         }
-        let layers = self.layers.iter().map(|layer| layer_widths(layer, hidden)).collect();
+        let layers = self.layers.iter().map(layer_widths).collect();
         CallMemory { hidden, blocks: self.blocks, cache_per_token, state_per_row, layers }
     }
 }
@@ -67,19 +64,14 @@ impl<B: Backend> Qwen35Model<B> {
     }
 }
 
-/// The f32 values `layer` keeps alive at once per token row (the residual stream, the normed
-/// input, both blocks' outputs and their sums, beside the larger of its two blocks' own), and its
-/// attention heads (0 for a DeltaNet layer).
-fn layer_widths<B: Qwen35Ops>(layer: &DecoderLayer<B>, hidden: usize) -> (usize, usize) {
-    let (mixer, heads) = match &layer.mixer {
-        TokenMixer::SelfAttn(attention) => (attention.working_values(), attention.num_attention_heads),
-        TokenMixer::LinearAttn(delta_net) => (delta_net.working_values(), 0),
+/// The f32 values `layer` keeps alive at once per token row ([`DecoderLayer::working_values`]),
+/// and its attention heads (0 for a DeltaNet layer).
+fn layer_widths<B: Qwen35Ops>(layer: &DecoderLayer<B>) -> (usize, usize) {
+    let heads = match &layer.mixer {
+        TokenMixer::SelfAttn(attention) => attention.num_attention_heads,
+        TokenMixer::LinearAttn(_) => 0,
     };
-    let feed_forward = match &layer.mlp {
-        FeedForward::Dense(mlp) => mlp.working_values(),
-        FeedForward::Sparse(moe) => moe.working_values(),
-    };
-    (6 * hidden + mixer.max(feed_forward), heads)
+    (layer.working_values(), heads)
 }
 
 impl CallMemory {
@@ -103,7 +95,7 @@ impl CallMemory {
         let layer = self
             .layers
             .iter()
-            .map(|&(width, heads)| F32 * segment_rows * width + SCORE_BYTES * segment_rows * heads * keys)
+            .map(|&(width, heads)| F32 * segment_rows * width + attention::SCORE_BYTES * segment_rows * heads * keys)
             .max()
             .unwrap_or(0);
         let output = 2 * F32 * batch * tokens * self.hidden;

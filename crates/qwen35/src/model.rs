@@ -6,7 +6,7 @@ use burn::tensor::{Int, Tensor, backend::Backend};
 
 use crate::attention::GatedAttentionConfig;
 use crate::cache::ModelCache;
-use crate::config::{FeedForwardType, LayerType, Qwen35Config};
+use crate::config::{FeedForwardType, Qwen35Config, TokenMixerKind};
 use crate::decoder::{CallInputs, DecoderLayer, DecoderLayerConfig, FeedForwardConfig, TokenMixerConfig};
 use crate::delta_net::GatedDeltaNetConfig;
 use crate::loader::{Load, Loader, WeightSizes};
@@ -88,7 +88,7 @@ impl Qwen35Config {
     pub fn layer_config(&self, index: usize) -> DecoderLayerConfig {
         let h = self.hidden_size;
         let mixer = match self.layer_types[index] {
-            LayerType::LinearAttn => TokenMixerConfig::LinearAttn(
+            TokenMixerKind::LinearAttn => TokenMixerConfig::LinearAttn(
                 GatedDeltaNetConfig::new(
                     h,
                     self.linear_num_key_heads,
@@ -99,7 +99,7 @@ impl Qwen35Config {
                 )
                 .with_rms_norm_eps(self.rms_norm_eps),
             ),
-            LayerType::SelfAttn => TokenMixerConfig::SelfAttn(
+            TokenMixerKind::SelfAttn => TokenMixerConfig::SelfAttn(
                 GatedAttentionConfig::new(h, self.num_attention_heads, self.num_key_value_heads, self.head_dim)
                     .with_rms_norm_eps(self.rms_norm_eps),
             ),
