@@ -6,7 +6,9 @@
 //!
 //! Planning (validation and tokenization, [`Prompter::plan_decide`]) needs no model, so a server
 //! does it before queueing and checks the row against its limits; answering
-//! ([`Decider::answer_decide`]) runs the one row.
+//! ([`Decider::answer_decide`]) runs the one row. The library's [`Decider::decide`] (typed choice
+//! questions) plans through the same builder ([`Prompter::plan_decide_questions`]), so both build
+//! the row one way.
 
 use indexmap::IndexMap;
 use qwen35::Qwen35Ops;
@@ -18,11 +20,15 @@ use crate::answer::{argmax, py_round, rounded_by};
 use crate::engine::Decider;
 use crate::error::DeciderError;
 use crate::plan_budget::{Meter, PlanBudget};
-use crate::prompt::{Row, RowQuestion, neutralize};
-use crate::prompter::{Prompter, context_row};
+use crate::prompt::{Row, RowQuestion, context_ids, neutralize, row};
+use crate::prompter::Prompter;
 use crate::python_json::{py_repr, py_str, py_type_name};
 use crate::question::{AnswerType, strings_heap_bytes};
 use crate::tokenizer::MAX_OPTIONS;
+use crate::wire::{DecideAnswer, DecideQuestion};
+
+/// The context cap of the `/decide` form and of [`Decider::decide`].
+pub const DECIDE_MAX_CONTEXT_TOKENS: usize = 1536;
 
 const FORM: &str = "schema: a map {question: field}, each field one of {\"type\": \"choice\", \"options\": [option strings]}, {\"type\": \"bool\"} or {\"type\": \"scale\", \"legend\": [descriptions] or {level number: description}}";
 
@@ -93,7 +99,15 @@ struct Field {
     legend: Json,
 }
 
-/// A `/decide` request turned into its one row.
+impl Field {
+    /// A choice of `options`, shown neutralised where `neutralize_none` asks.
+    fn choice(options: Vec<String>, neutralize_none: bool) -> Field {
+        let shown = options.iter().map(|o| if neutralize_none { neutralize(o) } else { o.clone() }).collect();
+        Field { kind: FieldKind::Choice, shown, names: options, keys: vec![], key_names: vec![], legend: Json::Null }
+    }
+}
+
+/// A `/decide` request (or [`Decider::decide`]'s questions) turned into its one row.
 pub struct DecidePlan {
     fields: Vec<(String, Field)>,
     /// `None` for an empty schema, answered `{}` without the model.
@@ -139,16 +153,7 @@ fn fields(schema: Option<&Json>, neutralize_none: bool) -> Result<Vec<(String, F
                     Some(Json::Dict(map)) if !map.is_empty() => map.keys().cloned().collect(),
                     _ => return Err(invalid(format!("{at}: \"options\" must be a non-empty list of strings; {FORM}"))),
                 };
-                let options: Vec<String> = options.into_iter().take(MAX_OPTIONS).collect();
-                let shown = options.iter().map(|o| if neutralize_none { neutralize(o) } else { o.clone() }).collect();
-                Field {
-                    kind: FieldKind::Choice,
-                    shown,
-                    names: options,
-                    keys: vec![],
-                    key_names: vec![],
-                    legend: Json::Null,
-                }
+                Field::choice(options.into_iter().take(MAX_OPTIONS).collect(), neutralize_none)
             }
             Some("bool") => {
                 let options = vec!["no".to_string(), "yes".to_string()];
@@ -233,25 +238,83 @@ impl Prompter {
         schema: Option<&Json>,
     ) -> Result<DecidePlan, DeciderError> {
         let fields = fields(schema, self.config.neutralize_none)?;
-        if fields.is_empty() {
-            return Ok(DecidePlan { fields, row: None });
+        plan_fields(meter, context, fields)
+    }
+
+    /// The row of [`Decider::decide`]: choice questions with their options as given, 1 to 255
+    /// each (more is an error here, where the form answers over the first 255).
+    pub fn plan_decide_questions(
+        &self,
+        context: &str,
+        questions: &[DecideQuestion],
+    ) -> Result<DecidePlan, DeciderError> {
+        if let Some(q) = questions.iter().find(|q| q.options.is_empty() || q.options.len() > MAX_OPTIONS) {
+            return Err(DeciderError::InvalidQuestion(format!(
+                "decide: question {:?} has {} options; 1..{MAX_OPTIONS} are supported",
+                q.question,
+                q.options.len()
+            )));
         }
-        let questions: Vec<RowQuestion> = fields
-            .iter()
-            .map(|(q, f)| {
-                let kind = match f.kind {
-                    FieldKind::Bool => AnswerType::Noul,
-                    FieldKind::Scale => AnswerType::Score,
-                    FieldKind::Choice => AnswerType::Choice,
-                };
-                (q.clone(), f.shown.clone(), kind)
-            })
-            .collect();
-        Ok(DecidePlan { row: Some(context_row(meter, context, &questions)?), fields })
+        let neutralize_none = self.config.neutralize_none;
+        let fields =
+            questions.iter().map(|q| (q.question.clone(), Field::choice(q.options.clone(), neutralize_none))).collect();
+        plan_fields(&mut Meter::unbounded(&self.tokenizer), context, fields)
     }
 }
 
+/// The one row of a `/decide` plan, however its fields came: `context` capped at
+/// [`DECIDE_MAX_CONTEXT_TOKENS`], then every field's question and options packed after it. No
+/// fields, no row.
+fn plan_fields(meter: &mut Meter, context: &str, fields: Vec<(String, Field)>) -> Result<DecidePlan, DeciderError> {
+    if fields.is_empty() {
+        return Ok(DecidePlan { fields, row: None });
+    }
+    let questions: Vec<RowQuestion> = fields
+        .iter()
+        .map(|(q, f)| {
+            let kind = match f.kind {
+                FieldKind::Bool => AnswerType::Noul,
+                FieldKind::Scale => AnswerType::Score,
+                FieldKind::Choice => AnswerType::Choice,
+            };
+            (q.clone(), f.shown.clone(), kind)
+        })
+        .collect();
+    let context = context_ids(meter, context, DECIDE_MAX_CONTEXT_TOKENS)?;
+    Ok(DecidePlan { row: Some(row(meter, &context, &questions)?), fields })
+}
+
 impl<B: Qwen35Ops> Decider<B> {
+    /// `Decider.decide(context, questions)`: choice questions packed into one row after the
+    /// context (capped at 1,536 tokens), options as given (none-of-the-above options neutralised
+    /// when the config asks); `abstain_below` leaves `choice` empty under that p_max.
+    pub fn decide(
+        &self,
+        context: &str,
+        questions: &[DecideQuestion],
+        abstain_below: f64,
+    ) -> Result<Vec<DecideAnswer>, DeciderError> {
+        if questions.is_empty() {
+            return Ok(vec![]);
+        }
+        let plan = self.prompter().plan_decide_questions(context, questions)?;
+        let probabilities = self.slot_probabilities(plan.rows())?;
+        Ok(questions
+            .iter()
+            .zip(probabilities)
+            .map(|(q, p)| {
+                let j = argmax(&p);
+                let probs = q.options.iter().cloned().zip(p.iter().copied()).collect();
+                DecideAnswer {
+                    choice: (p[j] >= abstain_below).then(|| q.options[j].clone()),
+                    confidence: p[j],
+                    probs,
+                    probs_list: p,
+                }
+            })
+            .collect())
+    }
+
     /// Answers the `/decide` form; an empty schema answers `{}` without running the model.
     pub fn decide_json(&self, context: &str, schema: Option<&Json>) -> Result<FormAnswers, DeciderError> {
         self.answer_decide(&self.prompter().plan_decide(context, schema)?)

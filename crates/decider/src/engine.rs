@@ -10,7 +10,7 @@ use burn::tensor::{Int, Tensor, TensorData};
 use qwen35::Qwen35Model;
 use qwen35::{Qwen35Ops, WeightChoice, WeightFormat};
 
-use crate::answer::{argmax, assemble};
+use crate::answer::assemble;
 use crate::config::DeciderConfig;
 use crate::demo::demo_model;
 use crate::error::DeciderError;
@@ -18,7 +18,7 @@ use crate::prompt::{Plan, Row};
 use crate::prompter::Prompter;
 use crate::readout::probabilities;
 use crate::schedule::{batches, schedule};
-use crate::wire::{DecideAnswer, DecideQuestion, SystemOneRequest, SystemOneResponse, Usage};
+use crate::wire::{SystemOneRequest, SystemOneResponse, Usage};
 use crate::working_memory::WorkingMemory;
 
 /// A loaded decider model on backend `B`.
@@ -193,36 +193,6 @@ impl<B: Qwen35Ops> Decider<B> {
                 Ok(logits.iter().zip(nopts).zip(temperatures).map(|((logits, n), t)| probabilities(logits, n, t).into_iter().map(f64::from).collect()).collect())
             })
             .collect()
-    }
-
-    /// `Decider.decide(context, questions)`: choice questions packed into one row after the
-    /// context (capped at 1,536 tokens), options as given (none-of-the-above options neutralised
-    /// when the config asks); `abstain_below` leaves `choice` empty under that p_max.
-    pub fn decide(
-        &self,
-        context: &str,
-        questions: &[DecideQuestion],
-        abstain_below: f64,
-    ) -> Result<Vec<DecideAnswer>, DeciderError> {
-        if questions.is_empty() {
-            return Ok(vec![]);
-        }
-        let rows = [self.prompter.decide_row(context, questions)?];
-        let probabilities = self.slot_probabilities(&rows)?;
-        Ok(questions
-            .iter()
-            .zip(probabilities)
-            .map(|(q, p)| {
-                let j = argmax(&p);
-                let probs = q.options.iter().cloned().zip(p.iter().copied()).collect();
-                DecideAnswer {
-                    choice: (p[j] >= abstain_below).then(|| q.options[j].clone()),
-                    confidence: p[j],
-                    probs,
-                    probs_list: p,
-                }
-            })
-            .collect())
     }
 
     /// The 255 label logits at every slot of `rows`, in row order.

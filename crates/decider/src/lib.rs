@@ -21,12 +21,12 @@ pub mod working_memory;
 
 pub use answer::{Answer, LevelFit};
 pub use config::DeciderConfig;
-pub use decide_form::{FieldAnswer, FormAnswers};
+pub use decide_form::{DECIDE_MAX_CONTEXT_TOKENS, FieldAnswer, FormAnswers};
 pub use engine::Decider;
 pub use error::DeciderError;
 pub use plan_budget::{Meter, PlanBudget};
 pub use prompt::{Plan, PlanOptions, Row};
-pub use prompter::{DECIDE_MAX_CONTEXT_TOKENS, Prompter};
+pub use prompter::Prompter;
 pub use question::{AnswerType, RenderedQuestion};
 /// The backend bound of [`Decider`]: the one the Qwen3.5 layers need.
 pub use qwen35::Qwen35Ops;

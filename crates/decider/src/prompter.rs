@@ -7,13 +7,9 @@ use crate::config::DeciderConfig;
 use crate::demo::DEMO_DECIDER_CONFIG;
 use crate::error::DeciderError;
 use crate::plan_budget::{Meter, PlanBudget};
-use crate::prompt::{Plan, PlanOptions, Row, RowQuestion, context_ids, neutralize, plan, row};
-use crate::question::AnswerType;
-use crate::tokenizer::{MAX_OPTIONS, Tokenizer};
-use crate::wire::{DecideQuestion, SystemOneRequest};
-
-/// The context cap of [`crate::Decider::decide`] (and `/decide`).
-pub const DECIDE_MAX_CONTEXT_TOKENS: usize = 1536;
+use crate::prompt::{Plan, PlanOptions, Row, plan};
+use crate::tokenizer::Tokenizer;
+use crate::wire::SystemOneRequest;
 
 /// What turns requests into rows without a model: the tokenizer and `decider_config.json`.
 /// `decider prompt` needs only this.
@@ -77,39 +73,10 @@ impl Prompter {
         plan(meter, &request.state, &request.questions, options)
     }
 
-    /// The one row of `Decider.decide(context, questions)`: the context capped at 1,536 tokens,
-    /// then every question with its options as given (none-of-the-above options neutralised
-    /// when the config asks).
-    pub fn decide_row(&self, context: &str, questions: &[DecideQuestion]) -> Result<Row, DeciderError> {
-        if let Some(q) = questions.iter().find(|q| q.options.is_empty() || q.options.len() > MAX_OPTIONS) {
-            return Err(DeciderError::InvalidQuestion(format!(
-                "decide: question {:?} has {} options; 1..{MAX_OPTIONS} are supported",
-                q.question,
-                q.options.len()
-            )));
-        }
-        let neutral = self.config.neutralize_none;
-        let row_questions: Vec<RowQuestion> = questions
-            .iter()
-            .map(|q| {
-                let shown = q.options.iter().map(|o| if neutral { neutralize(o) } else { o.clone() }).collect();
-                (q.question.clone(), shown, AnswerType::Choice)
-            })
-            .collect();
-        context_row(&mut Meter::unbounded(&self.tokenizer), context, &row_questions)
-    }
-
     /// The temperature of every slot of `rows`, in row order.
     pub fn slot_temperatures(&self, rows: &[Row]) -> Vec<f64> {
         rows.iter()
             .flat_map(|row| row.types.iter().zip(&row.nopts).map(|(&kind, &n)| self.config.temperatures.of(kind, n)))
             .collect()
     }
-}
-
-/// The one row of `Decider.decide` and of the `/decide` form: `context` capped at
-/// [`DECIDE_MAX_CONTEXT_TOKENS`], then every question packed after it.
-pub(crate) fn context_row(meter: &mut Meter, context: &str, questions: &[RowQuestion]) -> Result<Row, DeciderError> {
-    let context = context_ids(meter, context, DECIDE_MAX_CONTEXT_TOKENS)?;
-    row(meter, &context, questions)
 }

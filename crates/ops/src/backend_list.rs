@@ -43,6 +43,10 @@ macro_rules! for_each_backend {
 }
 
 /// `(name, what it is)` of every backend compiled in, in [`for_each_backend!`]'s order.
+#[cfg_attr(
+    not(any(feature = "ndarray", feature = "candle", feature = "wgpu")),
+    allow(unused_mut, unused_macros, reason = "a build of no backend has an empty list")
+)]
 pub fn compiled_backends() -> Vec<(&'static str, &'static str)> {
     let mut backends = Vec::new();
     macro_rules! push {

@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 use super::body::{self, JsonBody};
 use super::error::ApiError;
 use super::memory::Reservation;
-use super::queue::Work;
+use super::queue::{RouteAnswer, RoutePlan};
 use super::request::{self, field_error, invalid_fields, systemone_request};
 use super::state::AppState;
 
@@ -60,11 +60,11 @@ async fn only_chunked(
 async fn systemone(
     State(state): State<Arc<AppState>>,
     JsonBody(body, reservation): JsonBody,
-) -> Result<axum::Json<decider::SystemOneResponse>, ApiError> {
+) -> Result<RouteAnswer, ApiError> {
     let watch = state.watch_client();
     let response = answer_systemone(&state, body, reservation).await;
     watch.finished();
-    response.map(axum::Json)
+    response
 }
 
 /// `reservation` holds the body's memory until the request is planned.
@@ -72,7 +72,7 @@ async fn answer_systemone(
     state: &Arc<AppState>,
     body: Json,
     reservation: Reservation,
-) -> Result<decider::SystemOneResponse, ApiError> {
+) -> Result<RouteAnswer, ApiError> {
     let (request, has_assets) = systemone_request(body, state.limits.max_state_tokens)?;
     if has_assets {
         return Err(ApiError::new(
@@ -81,23 +81,21 @@ async fn answer_systemone(
         ));
     }
     let plan = state.plan(reservation, move |prompter, budget| prompter.plan_within(&request, budget)).await?;
-    state.check_size(&plan.rows.iter().map(|r| r.ids.len()).collect::<Vec<_>>())?;
-    let (rows, sizes, questions) = (plan.rows.len(), state.sizes(&plan.rows, plan.heap_bytes()), plan.questions.len());
-    state.answer(rows, sizes, questions, |reply| Work::SystemOne(plan, reply)).await
+    state.run(RoutePlan::SystemOne(plan)).await
 }
 
 async fn decide(
     State(state): State<Arc<AppState>>,
     JsonBody(body, reservation): JsonBody,
-) -> Result<axum::Json<FormAnswers>, ApiError> {
+) -> Result<RouteAnswer, ApiError> {
     let watch = state.watch_client();
     let answers = answer_decide(&state, body, reservation).await;
     watch.finished();
-    answers.map(axum::Json)
+    answers
 }
 
 /// `reservation` holds the body's memory until the form is planned.
-async fn answer_decide(state: &Arc<AppState>, body: Json, reservation: Reservation) -> Result<FormAnswers, ApiError> {
+async fn answer_decide(state: &Arc<AppState>, body: Json, reservation: Reservation) -> Result<RouteAnswer, ApiError> {
     let Json::Dict(mut fields) = body else { return Err(request::not_an_object(&body)) };
     let context = match fields.get_mut("context") {
         Some(Json::Str(c)) => std::mem::take(c),
@@ -126,11 +124,9 @@ async fn answer_decide(state: &Arc<AppState>, body: Json, reservation: Reservati
         .plan(reservation, move |prompter, budget| prompter.plan_decide_within(&context, Some(&schema), budget))
         .await?;
     if plan.row_tokens() == 0 {
-        return Ok(FormAnswers::new());
+        return Ok(RouteAnswer::Decide(FormAnswers::new()));
     }
-    state.check_size(&[plan.row_tokens()])?;
-    let (sizes, questions) = (state.sizes(plan.rows(), plan.heap_bytes()), plan.questions());
-    state.answer(1, sizes, questions, |reply| Work::Decide(plan, reply)).await
+    state.run(RoutePlan::Decide(plan)).await
 }
 
 /// An unknown route: FastAPI's 404 body.

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, mpsc};
 
+use axum::response::{IntoResponse, Response};
 use decider::batch::{MAX_BATCH_ROWS, MAX_BATCH_TOKENS};
 use decider::decide_form::DecidePlan;
 use decider::{Decider, DeciderError, FormAnswers, Plan, Row, SystemOneResponse};
@@ -52,27 +53,76 @@ impl Drop for Admission {
     }
 }
 
+/// A model route's request, planned: the rows the model runs for it and what its answer is made
+/// of. The one type the queue, the memory budget and the model thread know a request by.
+pub(super) enum RoutePlan {
+    SystemOne(Plan),
+    Decide(DecidePlan),
+}
+
+impl RoutePlan {
+    pub fn rows(&self) -> &[Row] {
+        match self {
+            RoutePlan::SystemOne(plan) => &plan.rows,
+            RoutePlan::Decide(plan) => plan.rows(),
+        }
+    }
+
+    /// Bytes the plan holds on the heap.
+    pub fn heap_bytes(&self) -> usize {
+        match self {
+            RoutePlan::SystemOne(plan) => plan.heap_bytes(),
+            RoutePlan::Decide(plan) => plan.heap_bytes(),
+        }
+    }
+
+    /// Questions it answers.
+    pub fn questions(&self) -> usize {
+        match self {
+            RoutePlan::SystemOne(plan) => plan.questions.len(),
+            RoutePlan::Decide(plan) => plan.questions(),
+        }
+    }
+
+    /// The answer made of the rows' slot probabilities.
+    fn answer<B: Qwen35Ops>(&self, decider: &Decider<B>, probabilities: &[Vec<f64>]) -> RouteAnswer {
+        match self {
+            RoutePlan::SystemOne(plan) => RouteAnswer::SystemOne(decider.respond(plan, probabilities)),
+            RoutePlan::Decide(plan) => RouteAnswer::Decide(plan.answers(probabilities)),
+        }
+    }
+}
+
+/// A model route's answer: its route's JSON body.
+pub(super) enum RouteAnswer {
+    SystemOne(SystemOneResponse),
+    Decide(FormAnswers),
+}
+
+impl IntoResponse for RouteAnswer {
+    fn into_response(self) -> Response {
+        match self {
+            RouteAnswer::SystemOne(response) => axum::Json(response).into_response(),
+            RouteAnswer::Decide(answers) => axum::Json(answers).into_response(),
+        }
+    }
+}
+
 /// What the model thread runs, and where the answer goes.
-pub(super) enum Work {
-    SystemOne(Plan, oneshot::Sender<Result<SystemOneResponse, DeciderError>>),
-    Decide(DecidePlan, oneshot::Sender<Result<FormAnswers, DeciderError>>),
+pub(super) struct Work {
+    pub plan: RoutePlan,
+    pub reply: oneshot::Sender<Result<RouteAnswer, DeciderError>>,
 }
 
 impl Work {
     fn rows(&self) -> &[Row] {
-        match self {
-            Work::SystemOne(plan, _) => &plan.rows,
-            Work::Decide(plan, _) => plan.rows(),
-        }
+        self.plan.rows()
     }
 
     /// Sends the answer made of the work's slot probabilities.
     fn reply<B: Qwen35Ops>(self, decider: &Decider<B>, probabilities: Result<Vec<Vec<f64>>, DeciderError>) {
         // A client that left meanwhile drops the answer.
-        match self {
-            Work::SystemOne(plan, reply) => drop(reply.send(probabilities.map(|p| decider.respond(&plan, &p)))),
-            Work::Decide(plan, reply) => drop(reply.send(probabilities.map(|p| plan.answers(&p)))),
-        }
+        drop(self.reply.send(probabilities.map(|p| self.plan.answer(decider, &p))));
     }
 }
 

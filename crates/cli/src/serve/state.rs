@@ -7,13 +7,13 @@ use std::sync::mpsc;
 
 use axum::http::StatusCode;
 use decider::plan_budget::MAX_TOKEN_BYTES;
-use decider::{DeciderError, PlanBudget, Prompter, Row, WorkingMemory};
+use decider::{DeciderError, PlanBudget, Prompter, WorkingMemory};
 use tokio::sync::{oneshot, watch};
 
 use super::error::{ApiError, LOGGED_DETAIL_LIMIT, cut, internal, model_failed, unprocessable};
 use super::limits::Limits;
 use super::memory::{self, Reservation};
-use super::queue::{self, Backlog, Claim, Held, Job, Work};
+use super::queue::{self, Backlog, Claim, Held, Job, RouteAnswer, RoutePlan, Work};
 use super::stats::Stats;
 
 /// What every handler reads: the prompter, the queue to the model thread, the budgets, limits
@@ -99,17 +99,14 @@ impl AppState {
         }
     }
 
-    /// Admits `rows` and reserves what they need: the bytes their plan holds and the model's
-    /// working memory for them ([`AppState::sizes`]), in the memory budget until it is answered;
-    /// has the model thread run the work `job` makes of a reply sender, and waits for its
-    /// answer to `questions` questions.
-    pub(super) async fn answer<T>(
-        &self,
-        rows: usize,
-        (plan_bytes, working): (usize, usize),
-        questions: usize,
-        job: impl FnOnce(oneshot::Sender<Result<T, DeciderError>>) -> Work,
-    ) -> Result<T, ApiError> {
+    /// Runs a planned request: holds its rows to the size limits (413), reserves the bytes its
+    /// plan holds and the model's working memory for its rows in the memory budget until it is
+    /// answered (413 or 503), admits its rows to the queue (503), has the model thread run it
+    /// and waits for its answer.
+    pub(super) async fn run(&self, plan: RoutePlan) -> Result<RouteAnswer, ApiError> {
+        self.check_size(&plan.rows().iter().map(|r| r.ids.len()).collect::<Vec<_>>())?;
+        let (rows, questions) = (plan.rows().len(), plan.questions());
+        let (plan_bytes, working) = (plan.heap_bytes(), self.working.bytes(&[plan.rows()]));
         let mut memory = self.memory.reservation();
         let what = format!(
             "the plan of its rows and questions ({} MiB) with the model's working memory for them ({} MiB)",
@@ -124,7 +121,7 @@ impl AppState {
         // once if the model thread has not taken it yet.
         let _release = ReleaseOnDrop(claim.clone());
         self.jobs
-            .send(Job { work: job(reply), claim, working })
+            .send(Job { work: Work { plan, reply }, claim, working })
             .map_err(|_| internal("the model thread has stopped"))?;
         let answer = tokio::select! {
             answer = answer => answer.map_err(|_| model_failed()).and_then(|r| r.map_err(internal)),
@@ -141,12 +138,6 @@ impl AppState {
         if deadline.wait_for(|&passed| passed).await.is_err() {
             std::future::pending::<()>().await;
         }
-    }
-
-    /// The bytes a plan of `rows`, holding `plan_bytes`, needs: those, and the model's working
-    /// memory to score the rows.
-    pub(super) fn sizes(&self, rows: &[Row], plan_bytes: usize) -> (usize, usize) {
-        (plan_bytes, self.working.bytes(&[rows]))
     }
 
     /// Counts the request as abandoned unless [`ClientWatch::finished`] is called before it drops.

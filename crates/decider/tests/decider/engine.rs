@@ -142,11 +142,40 @@ fn decide_answers_each_question_in_one_packed_row() {
         assert!(q.options.contains(answer.choice.as_ref().unwrap()));
     }
     // decider-ai 1.10.0's `decide/one_question` fixture case: 34 tokens, the slot at 33, A..C as `(A`-style tokens.
-    let row = decider.prompter().decide_row("My card was charged twice.", &questions[..1]).unwrap();
+    let plan = decider.prompter().plan_decide_questions("My card was charged twice.", &questions[..1]).unwrap();
+    let row = &plan.rows()[0];
     assert_eq!((row.ids.len(), row.slots.clone()), (34, vec![33]));
     assert_eq!(row.ids[33], 318, "the slot is the ` (` token");
     let abstained = decider.decide("x", &questions[..1], 1.01).unwrap();
     assert_eq!(abstained[0].choice, None, "p_max below abstain_below leaves the choice empty");
+}
+
+/// `Decider::decide`'s typed questions and the `/decide` form with the same choice fields build
+/// the same row; past 255 options the library refuses and the form answers over the first 255.
+#[test]
+fn decide_and_the_decide_form_build_one_row() {
+    let prompter = decider::Prompter::demo();
+    let options = |n: usize| (0..n).map(|i| format!("option {i}")).collect::<Vec<String>>();
+    let questions = [
+        DecideQuestion { question: "Which team?".into(), options: vec!["billing".into(), "none of the above".into()] },
+        DecideQuestion { question: "Which one?".into(), options: options(255) },
+    ];
+    let schema = json!({
+        "Which team?": {"type": "choice", "options": ["billing", "none of the above"]},
+        "Which one?": {"type": "choice", "options": options(255)},
+    });
+    let schema = decider::python_json::Json::from(schema);
+    let typed = prompter.plan_decide_questions("My card was charged twice.", &questions).unwrap();
+    let form = prompter.plan_decide("My card was charged twice.", Some(&schema)).unwrap();
+    let (typed, form) = (&typed.rows()[0], &form.rows()[0]);
+    assert_eq!((&typed.ids, &typed.slots, &typed.nopts), (&form.ids, &form.slots, &form.nopts));
+
+    let many = [DecideQuestion { question: "Which one?".into(), options: options(256) }];
+    let err = prompter.plan_decide_questions("x", &many).err().expect("256 options are refused");
+    assert!(err.to_string().contains("has 256 options; 1..255 are supported"), "{err}");
+    let schema = decider::python_json::Json::from(json!({"Which one?": {"type": "choice", "options": options(256)}}));
+    let form = prompter.plan_decide("x", Some(&schema)).unwrap();
+    assert_eq!(form.rows()[0].nopts, vec![255], "the form answers over the first 255 options");
 }
 
 #[test]
