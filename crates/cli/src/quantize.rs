@@ -25,9 +25,18 @@ pub struct QuantizeArgs {
 
 /// A weight format other than the checkpoint's own f32.
 fn stored_format(name: &str) -> Result<WeightFormat, String> {
-    match name.parse()? {
-        WeightFormat::F32 => Err("f32 keeps the checkpoint's own values (quantize writes q8, q4, f16 or bf16)".into()),
-        format => Ok(format),
+    let stored = || {
+        let names: Vec<&str> = WeightFormat::ALL
+            .iter()
+            .filter(|(_, format)| *format != WeightFormat::F32)
+            .map(|(name, _)| *name)
+            .collect();
+        names.join(", ")
+    };
+    match name.parse() {
+        Ok(WeightFormat::F32) => Err(format!("f32 keeps the checkpoint's own values (quantize writes {})", stored())),
+        Ok(format) => Ok(format),
+        Err(_) => Err(format!("unknown format `{name}` to store (expected one of: {})", stored())),
     }
 }
 

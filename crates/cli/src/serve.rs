@@ -124,7 +124,8 @@ pub fn serve<B: Qwen35Ops>(
         let malformed: listener::Malformed = Arc::new(move |status, e| {
             refusals.refused(&refusals.stats.errors, ApiError::new(status, format!("malformed HTTP request: {e}")));
         });
-        listener::serve(listener, app, timeouts, shutdown, deadline, malformed).await;
+        let connections = listener::Connections { timeouts, half_close: args.half_close };
+        listener::serve(listener, app, connections, shutdown, deadline, malformed).await;
         anyhow::Ok(())
     })?;
     // Tokenizing work of requests cut off by the shutdown timeout is not waited for.

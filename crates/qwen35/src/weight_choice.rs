@@ -72,7 +72,7 @@ impl FromStr for WeightChoice {
 
     fn from_str(name: &str) -> Result<Self, String> {
         match name {
-            "auto" => Ok(WeightChoice::Auto),
+            _ if name.eq_ignore_ascii_case("auto") => Ok(WeightChoice::Auto),
             _ => name.parse().map(WeightChoice::Exactly).map_err(|_| {
                 let names: Vec<&str> = WeightFormat::ALL.iter().map(|(name, _)| *name).collect();
                 format!("unknown weight format `{name}` (expected one of: auto, {})", names.join(", "))
@@ -106,5 +106,17 @@ mod tests {
             Err(format!("unknown weight format `q3` (expected one of: auto, {})", names.join(", ")))
         );
         assert_eq!(WeightChoice::Auto.without_folder(), WeightFormat::F32);
+    }
+
+    #[test]
+    fn llama_cpp_names_and_any_case_are_read() {
+        for (name, format) in [("q8_0", WeightFormat::Q8), ("Q8_0", WeightFormat::Q8), ("Q4_0", WeightFormat::Q4)] {
+            assert_eq!(name.parse::<WeightChoice>(), Ok(WeightChoice::Exactly(format)), "{name}");
+        }
+        for (name, format) in [("BF16", WeightFormat::Bf16), ("Q8", WeightFormat::Q8), ("F32", WeightFormat::F32)] {
+            assert_eq!(name.parse::<WeightChoice>(), Ok(WeightChoice::Exactly(format)), "{name}");
+        }
+        assert_eq!("AUTO".parse::<WeightChoice>(), Ok(WeightChoice::Auto));
+        assert!("q8_1".parse::<WeightChoice>().is_err(), "only the layouts that are ours");
     }
 }

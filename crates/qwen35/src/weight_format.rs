@@ -49,6 +49,11 @@ impl WeightFormat {
         ("bf16", WeightFormat::Bf16),
     ];
 
+    /// llama.cpp's names of the formats whose blocks are its own (what its users type), read as
+    /// ours.
+    pub const LLAMA_CPP_NAMES: [(&'static str, WeightFormat); 2] =
+        [("q8_0", WeightFormat::Q8), ("q4_0", WeightFormat::Q4)];
+
     /// The format that holds weights in `half`.
     pub fn of_half(half: Half) -> WeightFormat {
         match half {
@@ -137,8 +142,10 @@ impl fmt::Display for WeightFormat {
 impl FromStr for WeightFormat {
     type Err = String;
 
+    /// A name of [`WeightFormat::ALL`] or [`WeightFormat::LLAMA_CPP_NAMES`], in any case.
     fn from_str(name: &str) -> Result<Self, String> {
-        Self::ALL.iter().find(|(known, _)| *known == name).map(|(_, format)| *format).ok_or_else(|| {
+        let known = Self::ALL.iter().chain(&Self::LLAMA_CPP_NAMES);
+        known.clone().find(|(known, _)| known.eq_ignore_ascii_case(name)).map(|(_, format)| *format).ok_or_else(|| {
             let names: Vec<&str> = Self::ALL.iter().map(|(name, _)| *name).collect();
             format!("unknown weight format `{name}` (expected one of: {})", names.join(", "))
         })

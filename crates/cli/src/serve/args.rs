@@ -15,9 +15,9 @@ pub struct ServeArgs {
     #[arg(long, env = "DECIDER_TEMPERATURE")]
     pub temperature: Option<f64>,
     /// Address to listen on: `HOST:PORT`, the host a name (`localhost`) or an IP address.
-    #[arg(long, default_value = "127.0.0.1:8000")]
+    #[arg(long, env = "DECIDER_ADDR", default_value = "127.0.0.1:8000", value_parser = host_and_port)]
     pub addr: String,
-    #[arg(long, value_enum, default_value_t = BackendName::default_name())]
+    #[arg(long, env = "DECIDER_BACKEND", value_enum, default_value_t = BackendName::default_name())]
     pub backend: BackendName,
     /// Scoring rows one request may expand to (questions and isolated Score levels).
     #[arg(long, env = "DECIDER_MAX_ROWS", default_value_t = 1024)]
@@ -55,6 +55,27 @@ pub struct ServeArgs {
     /// for the model are answered 503 and the server exits.
     #[arg(long, env = "DECIDER_SHUTDOWN_TIMEOUT", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub shutdown_timeout: u64,
+    /// Answer a client that half-closes its connection (sends its FIN) after a request. Off by
+    /// default, as uvicorn (which serves the reference) has it: a half-closed client cannot be
+    /// told from one that hung up, so with this on the work of clients that left runs too and
+    /// holds its place in the queue and the memory budget until it is answered.
+    #[arg(long, env = "DECIDER_HALF_CLOSE")]
+    pub half_close: bool,
+}
+
+/// `HOST:PORT` as given, once it has both: a port alone (`8000`, `:8000`) is refused with the
+/// forms that say which interfaces to listen on.
+fn host_and_port(addr: &str) -> Result<String, String> {
+    let port = addr.trim_start_matches(':');
+    let has_host_and_port =
+        addr.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    match addr {
+        _ if has_host_and_port => Ok(addr.to_string()),
+        _ if port.parse::<u16>().is_ok() => Err(format!(
+            "expected HOST:PORT, such as 127.0.0.1:{port} (this machine only) or 0.0.0.0:{port} (every interface)"
+        )),
+        _ => Err("expected HOST:PORT, such as 127.0.0.1:8000, localhost:8000 or [::1]:8000".into()),
+    }
 }
 
 impl ServeArgs {

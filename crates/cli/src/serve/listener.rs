@@ -13,9 +13,9 @@
 //!
 //! A client that closes its side of the connection (a FIN) has left: its request is dropped, and
 //! its rows and memory released (`queue.rs`). A client that only half-closes after its request
-//! cannot be told from one that left, so it gets no answer either, as uvicorn (which serves the
-//! reference), vLLM and llama-server treat it: answering it would have the model run the work of
-//! every client that left.
+//! cannot be told from one that left, so by default it gets no answer either, as uvicorn (which
+//! serves the reference), vLLM and llama-server treat it: answering it would have the model run
+//! the work of every client that left. `--half-close` answers it, at that price.
 
 use std::time::Duration;
 
@@ -39,6 +39,14 @@ pub(super) struct Timeouts {
     pub shutdown: Duration,
 }
 
+/// How connections are served: their timeouts, and whether a client that half-closes after its
+/// request is answered (`--half-close`).
+#[derive(Clone, Copy)]
+pub(super) struct Connections {
+    pub timeouts: Timeouts,
+    pub half_close: bool,
+}
+
 /// Bytes a connection buffers while it reads a request head, at most: an unfinished head holds
 /// no more. uvicorn, which serves the reference, refuses heads past 16 KiB (h11's
 /// `max_incomplete_event_size`); this is hyper's minimum times eight.
@@ -51,19 +59,23 @@ pub(super) type Malformed = std::sync::Arc<dyn Fn(StatusCode, &hyper::Error) + S
 const ANSWER_GRACE: Duration = Duration::from_secs(2);
 
 /// Serves `app` on `listener` until `shutdown` completes, then lets requests in flight finish
-/// for at most `timeouts.shutdown`; then sets `deadline` (the requests still waiting for the
+/// for at most `connections.timeouts.shutdown`; then sets `deadline` (the requests still waiting for the
 /// model answer 503) and closes what is still open [`ANSWER_GRACE`] later. Requests too
 /// malformed to reach `app` are answered by hyper and told to `malformed`.
 pub(super) async fn serve(
     listener: TcpListener,
     app: Router,
-    timeouts: Timeouts,
+    connections: Connections,
     shutdown: impl Future<Output = ()>,
     deadline: tokio::sync::watch::Sender<bool>,
     malformed: Malformed,
 ) {
+    let Connections { timeouts, half_close } = connections;
     let mut http = http1::Builder::new();
-    http.timer(TokioTimer::new()).header_read_timeout(timeouts.header).max_buf_size(HEAD_BUFFER_BYTES);
+    http.timer(TokioTimer::new())
+        .header_read_timeout(timeouts.header)
+        .max_buf_size(HEAD_BUFFER_BYTES)
+        .half_close(half_close);
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {

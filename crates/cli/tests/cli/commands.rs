@@ -201,3 +201,55 @@ fn info_describes_the_model() {
     assert_eq!(info["random_weights"], true);
     assert_eq!(info["weights"], "f32");
 }
+
+/// `DECIDER_WEIGHTS` and `DECIDER_BACKEND` choose what `--weights` and `--backend` would (every
+/// command has them); the flags win.
+#[test]
+fn decider_variables_choose_the_weights_and_the_backend_and_flags_win() {
+    let info = |args: &[&str], vars: &[(&str, &str)]| -> Value {
+        let out = Command::new(env!("CARGO_BIN_EXE_decider"))
+            .args(["info", "--model", "demo"])
+            .args(args)
+            .envs(vars.iter().copied())
+            .output()
+            .expect("run decider");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    // The last backend of the build: not the default where the build has more than one.
+    let (backend, _) = *decider_ops::backend_list::compiled_backends().last().expect("a backend");
+    let from_env = info(&[], &[("DECIDER_WEIGHTS", "f16"), ("DECIDER_BACKEND", backend)]);
+    assert_eq!((&from_env["weights"], &from_env["backend"]), (&json!("f16"), &json!(backend)), "{from_env}");
+    let flags = info(
+        &["--weights", "f32", "--backend", "ndarray"],
+        &[("DECIDER_WEIGHTS", "f16"), ("DECIDER_BACKEND", backend)],
+    );
+    assert_eq!((&flags["weights"], &flags["backend"]), (&json!("f32"), &json!("ndarray")), "{flags}");
+}
+
+/// `decider quantize --to` names only the formats it writes, in its error too.
+#[test]
+fn quantize_names_the_formats_it_writes() {
+    for (to, expected) in [
+        ("q3", "unknown format `q3` to store (expected one of: q8, q4, f16, bf16)"),
+        ("f32", "f32 keeps the checkpoint's own values (quantize writes q8, q4, f16, bf16)"),
+    ] {
+        let (ok, _, stderr) = decider(&["quantize", "--model", "demo", "--to", to, "--out", "/nonexistent/out"]);
+        assert!(!ok && stderr.contains(expected), "--to {to}: {stderr}");
+    }
+}
+
+/// `--addr` without a host is refused before anything loads, with the forms that name one.
+#[test]
+fn serve_wants_a_host_and_a_port() {
+    for addr in ["8000", ":8000"] {
+        let (ok, _, stderr) = decider(&["serve", "--model", "demo", "--addr", addr]);
+        assert!(!ok, "--addr {addr} is refused");
+        assert!(
+            stderr.contains("expected HOST:PORT, such as 127.0.0.1:8000 (this machine only) or 0.0.0.0:8000"),
+            "{stderr}"
+        );
+    }
+    let (ok, _, stderr) = decider(&["serve", "--model", "demo", "--addr", "localhost"]);
+    assert!(!ok && stderr.contains("expected HOST:PORT"), "{stderr}");
+}

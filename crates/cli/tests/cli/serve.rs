@@ -282,6 +282,39 @@ fn decider_variables_configure_the_server_and_flags_win() {
     let (status, stderr) = refused.exit();
     assert!(!status.success(), "a temperature of 0 is refused at start");
     assert!(stderr.contains("temperature"), "the error names the temperature: {stderr}");
+    // The address too: no flag at all.
+    let mut command = Command::new(DECIDER);
+    command.arg("serve").env("DECIDER_MODEL", "demo").env("DECIDER_ADDR", "127.0.0.1:0");
+    let from_env = Server::spawn(command);
+    assert!(!from_env.base.is_empty(), "the server listens on DECIDER_ADDR: {}", from_env.log());
+    assert_eq!(from_env.get("/health").0, 200);
+}
+
+/// A client that sends its request and then half-closes its side (its FIN) has left, by default
+/// as for uvicorn, which serves the reference: it gets no answer. With `--half-close` it gets
+/// its answer.
+#[test]
+fn a_client_that_half_closes_is_answered_only_with_half_close() {
+    use std::io::{Read, Write};
+    let body = json!({"state": "s", "questions": {"q": {"type": "noul", "instructions": "Up?"}}}).to_string();
+    let request = format!(
+        "POST /v1/systemone HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let half_close = |server: &Server| {
+        let mut stream = std::net::TcpStream::connect(server.address()).unwrap();
+        stream.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        stream.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut response = Vec::new();
+        let _ = stream.read_to_end(&mut response); // a reset is no answer too
+        String::from_utf8_lossy(&response).into_owned()
+    };
+    let by_default = half_close(&server());
+    assert_eq!(by_default, "", "without --half-close the client has left: no answer");
+    let answered = half_close(&Server::start(DECIDER, &["--half-close"]));
+    assert!(answered.starts_with("HTTP/1.1 200"), "{answered}");
+    assert!(answered.contains("\"noul\""), "{answered}");
 }
 
 #[test]
