@@ -166,7 +166,7 @@ fn check_folder(dir: &Path, parts: &[Part]) -> anyhow::Result<()> {
             missing.push("config.json");
         }
         if !has("model.safetensors") && !has("model.safetensors.index.json") {
-            missing.push("the weights (model.safetensors or model.safetensors.index.json)");
+            missing.push("weights (model.safetensors or model.safetensors.index.json)");
         }
     }
     if parts.contains(&Part::Tokenizer) && !has("tokenizer.json") {

@@ -127,8 +127,7 @@ fn bad_arguments_say_what_is_wrong() {
     let empty = tempfile::tempdir().unwrap();
     let folder = empty.path().display().to_string();
     let (ok, _, stderr) = decider(&["info", "--model", &folder]);
-    let all =
-        "it has no config.json, the weights (model.safetensors or model.safetensors.index.json) nor tokenizer.json";
+    let all = "it has no config.json, weights (model.safetensors or model.safetensors.index.json) nor tokenizer.json";
     assert!(!ok && stderr.contains(&format!("{folder} is not a model folder: {all}")), "{stderr}");
     assert_eq!(stderr.matches("tokenizer.json").count(), 1, "{stderr}");
     let (ok, _, stderr) = decider(&["prompt", "--model", &folder, "--request", r#"{"state": "s", "questions": {}}"#]);
@@ -136,6 +135,16 @@ fn bad_arguments_say_what_is_wrong() {
         !ok && stderr.contains(&format!("{folder} is not a model folder: it has no tokenizer.json")),
         "the prompt needs the tokenizer only: {stderr}"
     );
+    std::fs::write(empty.path().join("config.json"), "{}").unwrap();
+    std::fs::write(empty.path().join("tokenizer.json"), "{}").unwrap();
+    let (ok, _, stderr) = decider(&["info", "--model", &folder]);
+    assert!(
+        !ok && stderr.contains(&format!(
+            "{folder} is not a model folder: it has no weights (model.safetensors or model.safetensors.index.json)"
+        )),
+        "{stderr}"
+    );
+    std::fs::remove_file(empty.path().join("config.json")).unwrap();
     std::fs::write(empty.path().join("tokenizer.json"), "{").unwrap();
     let (ok, _, stderr) = decider(&["prompt", "--model", &folder, "--request", r#"{"state": "s", "questions": {}}"#]);
     assert!(
