@@ -4,8 +4,11 @@
 use std::fmt;
 use std::sync::OnceLock;
 
+use std::ffi::OsStr;
+
 use clap::ValueEnum;
-use clap::builder::PossibleValue;
+use clap::builder::{EnumValueParser, PossibleValue, TypedValueParser};
+use clap::error::{ContextKind, ContextValue};
 use qwen35::Qwen35Ops;
 
 /// A backend compiled into this build, by its `--backend` name.
@@ -32,6 +35,39 @@ impl BackendName {
         *Self::compiled_in()
             .first()
             .expect("this build has no backend: enable one of decider-ops' backend features (ndarray, candle, wgpu)")
+    }
+}
+
+impl BackendName {
+    /// `--backend`'s parser: clap's for the backends of this build, whose error for any other
+    /// name says how to build one in.
+    pub fn parser() -> BackendParser {
+        BackendParser
+    }
+}
+
+#[derive(Clone)]
+pub struct BackendParser;
+
+impl TypedValueParser for BackendParser {
+    type Value = BackendName;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<BackendName, clap::Error> {
+        EnumValueParser::<BackendName>::new().parse_ref(cmd, arg, value).map_err(|mut error| {
+            let tip = "the backends not listed are not in this build: each is a cargo feature of decider-cli, \
+                       built in as `cargo install --path crates/cli --locked --features wgpu` builds wgpu";
+            error.insert(ContextKind::Suggested, ContextValue::StyledStrs(vec![tip.into()]));
+            error
+        })
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = PossibleValue> + '_>> {
+        Some(Box::new(BackendName::compiled_in().iter().filter_map(ValueEnum::to_possible_value)))
     }
 }
 

@@ -30,7 +30,7 @@ pub struct DecideArgs {
     /// Pack all questions into one row (`independent: false`).
     #[arg(long)]
     pub packed: bool,
-    #[arg(long, env = "DECIDER_BACKEND", value_enum, default_value_t = BackendName::default_name())]
+    #[arg(long, env = "DECIDER_BACKEND", value_parser = BackendName::parser(), default_value_t = BackendName::default_name())]
     pub backend: BackendName,
 }
 

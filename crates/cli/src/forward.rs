@@ -26,7 +26,7 @@ pub struct ForwardArgs {
     #[arg(long)]
     pub out: PathBuf,
     /// Backend to run on (among those compiled in).
-    #[arg(long, env = "DECIDER_BACKEND", value_enum, default_value_t = BackendName::default_name())]
+    #[arg(long, env = "DECIDER_BACKEND", value_parser = BackendName::parser(), default_value_t = BackendName::default_name())]
     pub backend: BackendName,
 }
 

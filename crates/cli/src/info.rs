@@ -14,7 +14,7 @@ pub struct InfoArgs {
     pub model: ModelSource,
     #[command(flatten)]
     pub weights: WeightsArg,
-    #[arg(long, env = "DECIDER_BACKEND", value_enum, default_value_t = BackendName::default_name())]
+    #[arg(long, env = "DECIDER_BACKEND", value_parser = BackendName::parser(), default_value_t = BackendName::default_name())]
     pub backend: BackendName,
 }
 

@@ -6,7 +6,7 @@ mod info;
 mod prompt;
 mod quantize;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use decider_cli::backend::{self, BackendName};
 use decider_cli::serve;
 
@@ -15,6 +15,13 @@ use decider_cli::serve;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Threads that compute (the CPU kernels and matrix products; one per CPU by default).
+    #[arg(long, global = true, env = "DECIDER_THREADS")]
+    threads: Option<std::num::NonZeroUsize>,
+    /// What the log on stderr shows: error, warn, info (the default), debug, trace, or
+    /// RUST_LOG-style directives. Without it, RUST_LOG is read.
+    #[arg(long, global = true, env = "DECIDER_LOG_LEVEL")]
+    log_level: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -33,6 +40,8 @@ enum Command {
     Quantize(quantize::QuantizeArgs),
     /// List the backends compiled into this build.
     Backends,
+    /// Print a completion script for SHELL (bash, zsh, fish, elvish, powershell).
+    Completions { shell: clap_complete::Shell },
 }
 
 /// mimalloc: the start-up of every command reads a tokenizer of a million small strings (see
@@ -41,7 +50,10 @@ enum Command {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    decider_cli::logging::init(cli.log_level.as_deref())?;
+    decider_cli::threads::init(cli.threads)?;
+    match cli.command {
         Command::Decide(args) => backend::dispatch(args.backend, &args),
         Command::Prompt(args) => prompt::run(&args),
         Command::Serve(args) => backend::dispatch(args.backend, &args),
@@ -52,6 +64,13 @@ fn main() -> anyhow::Result<()> {
             for name in BackendName::compiled_in() {
                 println!("{name}");
             }
+            Ok(())
+        }
+        Command::Completions { shell } => {
+            // Written whole, so a closed pipe is an error returned rather than clap_complete's panic.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "decider", &mut script);
+            std::io::Write::write_all(&mut std::io::stdout(), &script)?;
             Ok(())
         }
     }

@@ -17,7 +17,7 @@ pub struct ServeArgs {
     /// Address to listen on: `HOST:PORT`, the host a name (`localhost`) or an IP address.
     #[arg(long, env = "DECIDER_ADDR", default_value = "127.0.0.1:8000", value_parser = host_and_port)]
     pub addr: String,
-    #[arg(long, env = "DECIDER_BACKEND", value_enum, default_value_t = BackendName::default_name())]
+    #[arg(long, env = "DECIDER_BACKEND", value_parser = BackendName::parser(), default_value_t = BackendName::default_name())]
     pub backend: BackendName,
     /// Scoring rows one request may expand to (questions and isolated Score levels).
     #[arg(long, env = "DECIDER_MAX_ROWS", default_value_t = 1024)]

@@ -165,7 +165,7 @@ fn refusal(e: LoadError) -> ApiError {
             ApiError(StatusCode::UNPROCESSABLE_ENTITY, detail)
         }
         LoadError::Other(cause) => {
-            eprintln!("decider: a request body could not be read as JSON: {cause}");
+            tracing::warn!("a request body could not be read as JSON: {cause}");
             ApiError::new(StatusCode::BAD_REQUEST, "There was an error parsing the body")
         }
     }

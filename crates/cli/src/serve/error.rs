@@ -5,6 +5,8 @@ use axum::response::{IntoResponse, Response};
 use decider::DeciderError;
 use serde_json::{Value, json};
 
+use super::access_log;
+
 /// An HTTP error with the reference's `{"detail": ...}` body.
 #[derive(Debug)]
 pub(super) struct ApiError(pub StatusCode, pub Value);
@@ -35,7 +37,9 @@ pub(super) fn cut(mut text: String, limit: usize) -> String {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let logged = access_log::refusal(&self.1);
         let mut response = (self.0, axum::Json(json!({ "detail": self.1 }))).into_response();
+        response.extensions_mut().insert(logged);
         if self.0 == StatusCode::SERVICE_UNAVAILABLE {
             // The queue drains at the model's pace; a second is the shortest wait worth retrying after.
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

@@ -1,24 +1,28 @@
 //! The HTTP routes and their handlers: each reads its request, plans it through [`AppState`] and
 //! answers in the reference's JSON.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::routing::{get, post};
+use axum::{Extension, Router};
 use decider::python_json::Json;
 use decider::{AnswerType, FormAnswers};
 use serde_json::{Map, Value, json};
 
+use tower::ServiceExt;
+
+use super::access_log::{self, Served};
 use super::body::{self, JsonBody};
 use super::error::ApiError;
-use super::memory::Reservation;
+use super::memory::{MemoryBudget, Reservation};
+use super::metrics::Metrics;
 use super::queue::{RouteAnswer, RoutePlan};
 use super::request::{self, field_error, invalid_fields, systemone_request};
-use super::state::AppState;
+use super::state::{Answered, AppState};
 
-/// Every route of the reference's server, and FastAPI's answers to the others.
+/// Every route of the reference's server and `/metrics`, and FastAPI's answers to the others.
 pub(super) fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/systemone", post(systemone))
@@ -26,10 +30,48 @@ pub(super) fn router(state: Arc<AppState>) -> Router {
         .route("/health", get(health))
         .route("/v1/models", get(models))
         .route("/stats", get(stats_report))
+        .route("/metrics", get(metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state.clone(), only_chunked))
         .with_state(state)
+}
+
+/// The routes' paths as `/metrics` labels them; any other path is `other`.
+pub(super) fn route_label(path: &str) -> &'static str {
+    const ROUTES: [&str; 6] = ["/v1/systemone", "/decide", "/health", "/v1/models", "/stats", "/metrics"];
+    ROUTES.into_iter().find(|&route| route == path).unwrap_or("other")
+}
+
+/// Whether `route` is one that orchestrators and scrapers poll.
+pub(super) fn is_probe(route: &str) -> bool {
+    matches!(route, "/health" | "/metrics")
+}
+
+/// The server while its model loads: `/health` says so with a 503, `/metrics` answers, and
+/// every other request is a 503 that says to retry.
+pub(super) fn loading(model: String, metrics: Arc<Metrics>, memory: MemoryBudget) -> Router {
+    let health = move || async move {
+        let body = json!({"ok": false, "status": "loading", "model": model});
+        (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "1")], axum::Json(body))
+    };
+    let scrape = move || async move { metrics_text(metrics.render(0, memory.used())) };
+    Router::new().route("/health", get(health)).route("/metrics", get(scrape)).fallback(
+        |body: axum::body::Body| async {
+            body::drain(body).await;
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the model is loading; retry later")
+        },
+    )
+}
+
+/// `app` once it is set (the model loaded), `loading` until then, request by request: a
+/// keep-alive connection opened while the model loads is answered by the model once it is there.
+pub(super) fn loaded_or(app: Arc<OnceLock<Router>>, loading: Router, metrics: Arc<Metrics>) -> Router {
+    let switch = tower::service_fn(move |request: axum::extract::Request| {
+        let router = app.get().unwrap_or(&loading).clone();
+        router.oneshot(request)
+    });
+    Router::new().fallback_service(switch).layer(axum::middleware::from_fn_with_state(metrics, access_log::access_log))
 }
 
 /// A request whose `Transfer-Encoding` is anything but `chunked` alone: a 501, and the connection
@@ -60,7 +102,7 @@ async fn only_chunked(
 async fn systemone(
     State(state): State<Arc<AppState>>,
     JsonBody(body, reservation): JsonBody,
-) -> Result<RouteAnswer, ApiError> {
+) -> Result<Answered, ApiError> {
     let watch = state.watch_client();
     let response = answer_systemone(&state, body, reservation).await;
     watch.finished();
@@ -68,11 +110,7 @@ async fn systemone(
 }
 
 /// `reservation` holds the body's memory until the request is planned.
-async fn answer_systemone(
-    state: &Arc<AppState>,
-    body: Json,
-    reservation: Reservation,
-) -> Result<RouteAnswer, ApiError> {
+async fn answer_systemone(state: &Arc<AppState>, body: Json, reservation: Reservation) -> Result<Answered, ApiError> {
     let (request, has_assets) = systemone_request(body, state.limits.max_state_tokens)?;
     if has_assets {
         return Err(ApiError::new(
@@ -87,7 +125,7 @@ async fn answer_systemone(
 async fn decide(
     State(state): State<Arc<AppState>>,
     JsonBody(body, reservation): JsonBody,
-) -> Result<RouteAnswer, ApiError> {
+) -> Result<Answered, ApiError> {
     let watch = state.watch_client();
     let answers = answer_decide(&state, body, reservation).await;
     watch.finished();
@@ -95,7 +133,7 @@ async fn decide(
 }
 
 /// `reservation` holds the body's memory until the form is planned.
-async fn answer_decide(state: &Arc<AppState>, body: Json, reservation: Reservation) -> Result<RouteAnswer, ApiError> {
+async fn answer_decide(state: &Arc<AppState>, body: Json, reservation: Reservation) -> Result<Answered, ApiError> {
     let Json::Dict(mut fields) = body else { return Err(request::not_an_object(&body)) };
     let context = match fields.get_mut("context") {
         Some(Json::Str(c)) => std::mem::take(c),
@@ -124,7 +162,7 @@ async fn answer_decide(state: &Arc<AppState>, body: Json, reservation: Reservati
         .plan(reservation, move |prompter, budget| prompter.plan_decide_within(&context, Some(&schema), budget))
         .await?;
     if plan.row_tokens() == 0 {
-        return Ok(RouteAnswer::Decide(FormAnswers::new()));
+        return Ok((Extension(Served::default()), RouteAnswer::Decide(FormAnswers::new())));
     }
     state.run(RoutePlan::Decide(plan)).await
 }
@@ -163,6 +201,16 @@ async fn health(State(state): State<Arc<AppState>>) -> axum::Json<Value> {
 /// `GET /stats`: the reference's counters and limits.
 async fn stats_report(State(state): State<Arc<AppState>>) -> axum::Json<Value> {
     axum::Json(state.stats.report(state.backlog.rows(), state.memory.used(), &state.limits))
+}
+
+/// `GET /metrics`: the Prometheus text (`metrics.rs`).
+async fn metrics(State(state): State<Arc<AppState>>) -> axum::response::Response {
+    metrics_text(state.metrics.render(state.backlog.rows(), state.memory.used()))
+}
+
+fn metrics_text(text: String) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    ([(header::CONTENT_TYPE, super::metrics::CONTENT_TYPE)], text).into_response()
 }
 
 async fn models(State(state): State<Arc<AppState>>) -> axum::Json<Value> {

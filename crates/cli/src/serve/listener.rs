@@ -84,7 +84,7 @@ pub(super) async fn serve(
                 Ok((stream, _)) => stream,
                 Err(e) => {
                     // Out of file descriptors, say: the connections open now still close in time.
-                    eprintln!("decider: accepting a connection: {e}");
+                    tracing::warn!("accepting a connection: {e}");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
@@ -109,13 +109,13 @@ pub(super) async fn serve(
     let open = graceful.count();
     let mut closed = std::pin::pin!(graceful.shutdown());
     if tokio::time::timeout(timeouts.shutdown, &mut closed).await.is_err() {
-        eprintln!(
-            "decider: answering 503 to the requests still waiting {} s after shutdown began ({open} connections were open then)",
+        tracing::warn!(
+            "answering 503 to the requests still waiting {} s after shutdown began ({open} connections were open then)",
             timeouts.shutdown.as_secs()
         );
         deadline.send_replace(true);
         if tokio::time::timeout(ANSWER_GRACE, closed).await.is_err() {
-            eprintln!("decider: closing the connections still open");
+            tracing::warn!("closing the connections still open");
         }
     }
 }

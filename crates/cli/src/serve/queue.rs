@@ -21,6 +21,7 @@ use qwen35::Qwen35Ops;
 use tokio::sync::oneshot;
 
 use super::memory::{MemoryBudget, Reservation};
+use super::metrics::Metrics;
 use super::stats::Stats;
 
 /// Rows admitted and not yet answered or dropped, over all requests.
@@ -207,6 +208,7 @@ pub(super) fn answer_jobs<B: Qwen35Ops>(
     inbox: mpsc::Receiver<Job>,
     budget: &MemoryBudget,
     stats: &Stats,
+    metrics: &Metrics,
 ) {
     let sizes = decider.working_memory();
     let mut waiting = VecDeque::new();
@@ -242,6 +244,7 @@ pub(super) fn answer_jobs<B: Qwen35Ops>(
         }
         if !jobs.is_empty() {
             stats.ran(&jobs.iter().map(|job| job.rows().len()).collect::<Vec<_>>());
+            metrics.batch_rows.observe(rows as f64);
             answer(decider, jobs);
         }
         drop(together_extra);

@@ -5,16 +5,22 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::sync::mpsc;
 
+use axum::Extension;
 use axum::http::StatusCode;
 use decider::plan_budget::MAX_TOKEN_BYTES;
 use decider::{DeciderError, PlanBudget, Prompter, WorkingMemory};
 use tokio::sync::{oneshot, watch};
 
-use super::error::{ApiError, LOGGED_DETAIL_LIMIT, cut, internal, model_failed, unprocessable};
+use super::access_log::Served;
+use super::error::{ApiError, internal, model_failed, unprocessable};
 use super::limits::Limits;
 use super::memory::{self, Reservation};
+use super::metrics::Metrics;
 use super::queue::{self, Backlog, Claim, Held, Job, RouteAnswer, RoutePlan, Work};
 use super::stats::Stats;
+
+/// A decision request's answer, with what it ran for the access log and `/metrics`.
+pub(super) type Answered = (Extension<Served>, RouteAnswer);
 
 /// What every handler reads: the prompter, the queue to the model thread, the budgets, limits
 /// and counters.
@@ -29,21 +35,16 @@ pub(super) struct AppState {
     pub(super) source: String,
     pub(super) device: String,
     pub(super) stats: Arc<Stats>,
+    pub(super) metrics: Arc<Metrics>,
     /// Becomes true when the shutdown timeout has passed: requests still waiting for the model
     /// are answered 503 then.
     pub(super) deadline: watch::Receiver<bool>,
 }
 
 impl AppState {
-    /// `error`, counted in `counter` of `/stats`.
-    /// Every refusal is logged on one line: its status and its `detail` as JSON.
+    /// `error`, counted in `counter` of `/stats` (the access log logs it with its `detail`).
     pub(super) fn refused(&self, counter: &AtomicU64, error: ApiError) -> ApiError {
         Stats::count(counter);
-        eprintln!(
-            "decider: refused status={} detail={}",
-            error.0.as_u16(),
-            cut(error.1.to_string(), LOGGED_DETAIL_LIMIT)
-        );
         error
     }
 
@@ -103,9 +104,11 @@ impl AppState {
     /// plan holds and the model's working memory for its rows in the memory budget until it is
     /// answered (413 or 503), admits its rows to the queue (503), has the model thread run it
     /// and waits for its answer.
-    pub(super) async fn run(&self, plan: RoutePlan) -> Result<RouteAnswer, ApiError> {
-        self.check_size(&plan.rows().iter().map(|r| r.ids.len()).collect::<Vec<_>>())?;
+    pub(super) async fn run(&self, plan: RoutePlan) -> Result<Answered, ApiError> {
+        let lengths: Vec<usize> = plan.rows().iter().map(|r| r.ids.len()).collect();
+        self.check_size(&lengths)?;
         let (rows, questions) = (plan.rows().len(), plan.questions());
+        let served = Served { rows, tokens: lengths.iter().sum(), questions };
         let (plan_bytes, working) = (plan.heap_bytes(), self.working.bytes(&[plan.rows()]));
         let mut memory = self.memory.reservation();
         let what = format!(
@@ -129,7 +132,7 @@ impl AppState {
         };
         let answer = answer.map_err(|e| self.refused_by_status(e))?;
         self.stats.answered(questions);
-        Ok(answer)
+        Ok((Extension(served), answer))
     }
 
     /// Completes when the shutdown timeout has passed (never, while the server runs).

@@ -5,5 +5,6 @@
 
 mod commands;
 mod forward_command;
+mod operations;
 mod serve;
 mod serve_budget;

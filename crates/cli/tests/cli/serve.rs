@@ -254,7 +254,7 @@ fn stats_count_what_the_server_did() {
     assert_eq!(stats["errors"], 3, "{stats}");
     for status in [400, 431] {
         assert!(
-            server.logged(&format!("decider: refused status={status} detail=\"malformed HTTP request: ")),
+            server.logged(&format!("refused status={status} detail=\"malformed HTTP request: ")),
             "{status} logged:\n{}",
             server.log()
         );
@@ -556,7 +556,7 @@ fn a_request_whose_working_memory_exceeds_the_budget_is_refused_before_it_runs()
             && detail.ends_with("the limit is 32 MiB (--max-memory, DECIDER_MAX_MEMORY)"),
         "{detail}"
     );
-    assert!(server.logged("decider: refused status=413 detail="), "logged:\n{}", server.log());
+    assert!(server.logged("refused status=413 detail="), "logged:\n{}", server.log());
     let (status, response) =
         server.post("/v1/systemone", &json!({"state": "word ".repeat(100), "questions": question}).to_string());
     assert_eq!(status, 200, "{response}");
@@ -747,7 +747,7 @@ fn idle_and_slow_clients_are_closed_in_time_and_do_not_starve_others() {
     assert!(answer.contains("request body timeout: the body did not arrive within 2 s"), "{answer}");
     assert!(start.elapsed() < Duration::from_secs(10), "the 408 came after {:?}", start.elapsed());
     assert_eq!(server.get("/stats").1["timed_out"], 1, "the 408 is counted");
-    assert!(server.logged("decider: refused status=408 detail="), "and logged:\n{}", server.log());
+    assert!(server.logged("refused status=408 detail="), "and logged:\n{}", server.log());
     // The idle connections are closed by the header timeout.
     for mut stream in idle {
         stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -883,7 +883,7 @@ fn sigterm_shuts_down_gracefully() {
     let mut server = Server::start(DECIDER, &[]);
     sigterm(&server);
     let (exit, log) = server.exit();
-    assert!(exit.success() && log.contains("decider: shut down"), "exit status {exit}; log:\n{log}");
+    assert!(exit.success() && log.contains("INFO shut down"), "exit status {exit}; log:\n{log}");
 }
 
 #[test]

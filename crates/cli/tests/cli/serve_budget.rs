@@ -254,7 +254,7 @@ fn messages_quote_at_most_64_kib_of_the_request() {
     let detail: Value = serde_json::from_str(&text).unwrap();
     let detail = detail["detail"].as_str().unwrap();
     assert!(detail.starts_with("unknown question type 'ttt") && detail.ends_with(" bytes cut)"), "{}", &detail[..100]);
-    assert!(server.logged("decider: refused status=422 detail=\"unknown question type 'ttt"));
+    assert!(server.logged("refused status=422 detail=\"unknown question type 'ttt"));
     let longest = server.log().lines().map(str::len).max().unwrap_or(0);
     assert!(longest < 4 << 10, "a log line of {longest} bytes");
 }

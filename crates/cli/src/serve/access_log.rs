@@ -1,0 +1,80 @@
+//! One log line and one set of metrics per request: its method, path, status and time, and for
+//! an answered decision its rows, tokens and questions (at `info`); a refusal with the `detail`
+//! it was answered (at `warn`); a request whose client left before its answer (at `info`).
+//! Probes (`/health`, `/metrics`) are logged at `debug`, so a scraper does not fill the log.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+
+use super::error::{LOGGED_DETAIL_LIMIT, cut};
+use super::handlers::{is_probe, route_label};
+use super::metrics::Metrics;
+
+/// Bytes of a request's path a log line carries at most.
+const LOGGED_PATH_LIMIT: usize = 256;
+
+/// What an answered decision request ran: a response extension the handlers set.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Served {
+    pub rows: usize,
+    pub tokens: usize,
+    pub questions: usize,
+}
+
+/// The `detail` of a refusal, cut for the log: a response extension every error answer sets.
+#[derive(Clone)]
+pub(super) struct Refusal(pub String);
+
+/// The middleware: times `request`, logs it and counts it in `metrics`.
+pub(super) async fn access_log(State(metrics): State<Arc<Metrics>>, request: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let method = request.method().clone();
+    let path = cut(request.uri().path().to_string(), LOGGED_PATH_LIMIT);
+    let route = route_label(request.uri().path());
+    let mut left = ClientLeft { method: method.as_str().to_string(), path: path.clone(), start, answered: false };
+    let response = next.run(request).await;
+    left.answered = true;
+    let seconds = start.elapsed().as_secs_f64();
+    let ms = (seconds * 1e4).round() / 10.0;
+    let status = response.status().as_u16();
+    metrics.answered(route, status, seconds);
+    if let Some(served) = response.extensions().get::<Served>() {
+        metrics.decided(route, served.questions, served.tokens);
+        let Served { rows, tokens, questions } = *served;
+        tracing::info!(%method, %path, status, rows, tokens, questions, ms, "request");
+    } else if let Some(Refusal(detail)) = response.extensions().get::<Refusal>() {
+        // Status and reason first, as the lines of requests refused before routing have them.
+        tracing::warn!(status, detail = %detail, %method, %path, ms, "refused");
+    } else if is_probe(route) {
+        tracing::debug!(%method, %path, status, ms, "request");
+    } else {
+        tracing::info!(%method, %path, status, ms, "request");
+    }
+    response
+}
+
+/// Logs the request if its future is dropped unanswered: its client closed the connection.
+struct ClientLeft {
+    method: String,
+    path: String,
+    start: Instant,
+    answered: bool,
+}
+
+impl Drop for ClientLeft {
+    fn drop(&mut self) {
+        if !self.answered {
+            let ms = (self.start.elapsed().as_secs_f64() * 1e4).round() / 10.0;
+            tracing::info!(method = %self.method, path = %self.path, ms, "client left before its answer");
+        }
+    }
+}
+
+/// The detail of an error answer as its log line carries it.
+pub(super) fn refusal(detail: &serde_json::Value) -> Refusal {
+    Refusal(cut(detail.to_string(), LOGGED_DETAIL_LIMIT))
+}
