@@ -59,7 +59,8 @@ fn all_231_items_on_the_demo_model() {
     let out = tempfile::tempdir().unwrap();
     let args = args(out.path(), None);
     let decider = Decider::<NdArray>::demo(&Default::default());
-    let meta = serde_json::json!({"model": decider.name(), "random_weights": true});
+    let weights = Some(decider.model().format.to_string());
+    let meta = xtask::jevbench::meta(&args, decider.name(), decider.source(), weights, true);
     let summary = run_and_report(&args, &mut InProcess(&decider), meta).unwrap();
     assert_eq!((summary.attempted, summary.selected, summary.stopped_early.as_deref()), (231, 231, None));
     assert_eq!(
@@ -87,7 +88,25 @@ fn all_231_items_on_the_demo_model() {
     );
     let wrong = 231 - summary.overall.correct;
     assert!(html.contains(&format!("Items answered wrongly ({wrong} of 231)")));
-    assert_eq!(html.matches("another label was more probable").count(), wrong, "one row per item answered wrongly");
+    let wrong_table = &html[html.find("<table class=\"wrong\">").expect("the wrong items' table")..];
+    let wrong_table = &wrong_table[..wrong_table.find("</table>").unwrap()];
+    assert_eq!(wrong_table.matches("<tr>").count(), wrong + 1, "a header and one row per item answered wrongly");
+    assert!(!wrong_table.contains("note"), "no note column when every wrong item simply had another label ahead");
+    // The most confidently wrong first: p(answered) - p(expected) never grows down the table.
+    let margins: Vec<f64> = wrong_table
+        .split("<tr>")
+        .skip(2)
+        .map(|row| {
+            let cells: Vec<&str> = row.split("<td>").skip(1).map(|c| c.split("</td>").next().unwrap()).collect();
+            cells[6].parse::<f64>().unwrap() - cells[4].parse::<f64>().unwrap()
+        })
+        .collect();
+    // (Each printed p is rounded to 3 places, so a printed margin is within 0.001 of the sorted one.)
+    assert!(margins.windows(2).all(|m| m[0] >= m[1] - 0.0011), "{margins:?}");
+    // The tier chart has an accuracy axis with its ticks.
+    assert!(html.contains(">accuracy</text>") && html.contains(">0.00</text>"), "the tier chart's y axis");
+    // The header names the weight format and the machine.
+    assert!(html.contains("weights <b>f32</b>") && html.contains("compute threads"), "the run's header");
     assert!(html.contains("random weights"));
     assert!(!html.contains("model card"), "the demo model has no model card");
     // A run of a known release shows its model card's figures beside the run's.
@@ -108,6 +127,12 @@ fn all_231_items_on_the_demo_model() {
     let results: Value =
         serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap()).unwrap();
     assert_eq!(results["attempted"], 231);
+    assert_eq!(results["meta"]["weights"], "f32");
+    let machine = &results["meta"]["machine"];
+    assert!(
+        machine["cpu"].as_str().is_some_and(|cpu| !cpu.is_empty()) && machine["threads"].as_u64() >= Some(1),
+        "{machine}"
+    );
     print!("{}", xtask::jevbench::report::table(&summary));
     // A second run into the same folder is refused before its first request, and the first
     // run's files are kept.

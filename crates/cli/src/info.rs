@@ -38,6 +38,7 @@ impl GenericTask for &InfoArgs {
             "hidden_size": hidden,
             "vocab_rows": vocab,
             "parameters": model.parameters(),
+            "weight_bytes": model.sizes.bytes,
             "tokenizer_tokens": tokenizer.vocab_size(),
             "labels": {"count": tokenizer.labels().names.len(), "first": tokenizer.labels().names[0], "last": tokenizer.labels().names.last()},
             "temperature": config.temperature,

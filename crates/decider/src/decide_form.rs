@@ -130,6 +130,33 @@ fn invalid(message: String) -> DeciderError {
     DeciderError::InvalidQuestion(message)
 }
 
+/// Whether `value` holds no NaN or infinite number, at any depth.
+fn is_finite_json(value: &Json) -> bool {
+    match value {
+        Json::Float(f) => f.is_finite(),
+        Json::List(items) => items.iter().all(is_finite_json),
+        Json::Dict(map) => map.values().all(is_finite_json),
+        _ => true,
+    }
+}
+
+/// Python's `float(text)` of a string: surrounding whitespace ignored, and `_` allowed between
+/// two digits (`"1_000"`).
+fn python_float(text: &str) -> Option<f64> {
+    let text = text.trim();
+    let bytes = text.as_bytes();
+    let digit_at = |i: Option<usize>| i.and_then(|i| bytes.get(i)).is_some_and(u8::is_ascii_digit);
+    let underscores_between_digits = bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'_')
+        .all(|(i, _)| digit_at(i.checked_sub(1)) && digit_at(Some(i + 1)));
+    if !underscores_between_digits {
+        return None;
+    }
+    text.replace('_', "").parse().ok()
+}
+
 /// `Decider._check_schema` + `_schema_to_questions`.
 fn fields(schema: Option<&Json>, neutralize_none: bool) -> Result<Vec<(String, Field)>, DeciderError> {
     let schema = match schema {
@@ -167,36 +194,46 @@ fn fields(schema: Option<&Json>, neutralize_none: bool) -> Result<Vec<(String, F
                 }
             }
             Some("scale") => {
-                let legend = spec.get("legend");
+                let legend = match spec.get("legend") {
+                    Some(legend @ Json::List(items)) if !items.is_empty() => legend,
+                    Some(legend @ Json::Dict(map)) if !map.is_empty() => legend,
+                    _ => {
+                        return Err(invalid(format!(
+                            "{at}: \"legend\" must be a non-empty list or {{level number: description}} map; {FORM}"
+                        )));
+                    }
+                };
+                // The legend is echoed in the answer, which must serialise (`json.dumps(allow_nan=False)`).
+                if !is_finite_json(legend) {
+                    return Err(invalid(format!(
+                        "{at}: the \"legend\" contains a value that is not finite JSON (NaN or Infinity); {FORM}"
+                    )));
+                }
                 let (keys, key_names, descriptions): (Vec<f64>, Vec<String>, Vec<Json>) = match legend {
-                    Some(Json::List(items)) if !items.is_empty() => (
-                        (0..items.len()).map(|i| i as f64).collect(),
-                        (0..items.len()).map(|i| i.to_string()).collect(),
-                        items.clone(),
-                    ),
-                    Some(Json::Dict(map)) if !map.is_empty() => {
+                    Json::Dict(map) => {
                         let mut keyed = Vec::new();
                         for (key, description) in map {
-                            let value = key.trim().parse::<f64>().ok().filter(|v| v.is_finite()).ok_or_else(|| {
+                            let value = python_float(key).filter(|v| v.is_finite()).ok_or_else(|| {
                                 invalid(format!(
-                                    "{at}: every \"legend\" key must be a finite level number, got {}; {FORM}",
-                                    py_repr(&Json::Str(key.clone()))
+                                    "{at}: the keys of a \"legend\" map must be finite numbers, e.g. {{\"0\": \"none\", \"1\": \"low\"}}; {FORM}"
                                 ))
                             })?;
                             keyed.push((value, key.clone(), description.clone()));
                         }
-                        keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
+                        // Stable, and -0 equal to 0, as Python's `sorted(key=float)`.
+                        keyed.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal));
                         (
                             keyed.iter().map(|k| k.0).collect(),
                             keyed.iter().map(|k| k.1.clone()).collect(),
                             keyed.into_iter().map(|k| k.2).collect(),
                         )
                     }
-                    _ => {
-                        return Err(invalid(format!(
-                            "{at}: \"legend\" must be a non-empty list or {{level number: description}} map; {FORM}"
-                        )));
-                    }
+                    Json::List(items) => (
+                        (0..items.len()).map(|i| i as f64).collect(),
+                        (0..items.len()).map(|i| i.to_string()).collect(),
+                        items.clone(),
+                    ),
+                    _ => unreachable!("the legend was checked to be a list or a map"),
                 };
                 let shown: Vec<String> = key_names
                     .iter()
@@ -204,10 +241,10 @@ fn fields(schema: Option<&Json>, neutralize_none: bool) -> Result<Vec<(String, F
                     .take(MAX_OPTIONS)
                     .map(|(k, d)| format!("{k}: {}", py_str(d)))
                     .collect();
-                let legend = legend.cloned().unwrap_or(Json::Null);
+                let legend = legend.clone();
                 Field { kind: FieldKind::Scale, names: shown.clone(), shown, keys, key_names, legend }
             }
-            _ => return Err(invalid(format!("unknown field type {}", py_str(&kind)))),
+            _ => return Err(invalid(format!("{at}: unknown field type {}; {FORM}", py_repr(&kind)))),
         };
         out.push((question.clone(), field));
     }

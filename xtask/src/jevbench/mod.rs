@@ -3,6 +3,7 @@
 
 pub mod client;
 pub mod items;
+pub mod machine;
 pub mod metrics;
 pub mod model_card;
 pub mod record;
@@ -100,11 +101,15 @@ fn create_records_file(out: &Path) -> anyhow::Result<std::io::BufWriter<std::fs:
     Ok(std::io::BufWriter::new(file))
 }
 
-fn meta(args: &JevbenchArgs, model: &str, source: &str, random: bool) -> Value {
+/// What results.json and the report say of the run: the model and how it ran (its weight
+/// format is null for an endpoint, which does not say), the machine, the items and the date.
+pub fn meta(args: &JevbenchArgs, model: &str, source: &str, weights: Option<String>, random: bool) -> Value {
     json!({
         "model": model,
         "source": source,
         "backend": if args.endpoint.is_some() { "endpoint".to_string() } else { args.backend.to_string() },
+        "weights": weights,
+        "machine": machine::describe(),
         "endpoint": args.endpoint,
         "random_weights": random,
         "tiers": args.tiers,
@@ -118,12 +123,13 @@ impl GenericTask for &JevbenchArgs {
     fn run<B: Qwen35Ops>(self, device: &B::Device) -> anyhow::Result<()> {
         let summary = match &self.endpoint {
             Some(url) => {
-                let meta = meta(self, &self.request_model, url, false);
+                let meta = meta(self, &self.request_model, url, None, false);
                 run_and_report(self, &mut Http::new(url), meta)?
             }
             None => {
                 let decider = self.model.load::<B>(self.weights.choice, device)?;
-                let meta = meta(self, decider.name(), decider.source(), self.model.is_random());
+                let weights = decider.model().format.to_string();
+                let meta = meta(self, decider.name(), decider.source(), Some(weights), self.model.is_random());
                 run_and_report(self, &mut InProcess(&decider), meta)?
             }
         };

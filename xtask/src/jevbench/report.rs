@@ -185,15 +185,58 @@ fn reliability_svg(bins: &[EceBin]) -> String {
     svg
 }
 
+/// The top of a 0-based accuracy axis that holds `highest`: the next quarter up (at least a
+/// quarter, at most 1), so bars fill the plot rather than its bottom half.
+fn axis_top(highest: f64) -> f64 {
+    ((highest * 4.0).floor() + 1.0).min(4.0) / 4.0
+}
+
+/// A y axis from 0 to `top` at the plot's left edge `x`, with a tick, label and grid line every
+/// tenth (up to 0.5) or quarter.
+fn y_axis(svg: &mut String, x: f64, right: f64, top: f64, y: impl Fn(f64) -> f64) {
+    let step = if top <= 0.5 { 0.1 } else { 0.25 };
+    let _ = write!(svg, r##"<line x1="{x}" y1="{:.1}" x2="{x}" y2="{:.1}" stroke="#333"/>"##, y(0.0), y(top));
+    for k in 0..=((top / step).round() as usize) {
+        let v = k as f64 * step;
+        let _ = write!(
+            svg,
+            r##"<line x1="{:.1}" y1="{:.1}" x2="{right:.1}" y2="{:.1}" stroke="#eee"/><line x1="{:.1}" y1="{:.1}" x2="{x}" y2="{:.1}" stroke="#333"/><text x="{:.1}" y="{:.1}" font-size="10" text-anchor="end">{v:.2}</text>"##,
+            x,
+            y(v),
+            y(v),
+            x - 4.0,
+            y(v),
+            y(v),
+            x - 6.0,
+            y(v) + 3.5
+        );
+    }
+}
+
 /// Accuracy per tier against the board's chance level, with the model card's figure where the
-/// model is a known release.
+/// model is a known release, on an accuracy axis.
 fn tiers_svg(summary: &Summary, card: Option<&ModelCard>) -> String {
-    let (w, h, pad) = (360.0, 320.0, 40.0);
-    let y = |v: f64| h - pad - v * (h - pad - TOP - 14.0);
-    let slot = (w - 2.0 * pad) / summary.tiers.len().max(1) as f64;
+    let (w, h, pad, left) = (360.0, 320.0, 40.0, 52.0);
+    let published = |tier: &str| card.and_then(|c| c.correct_in(tier)).map(|(k, of)| k as f64 / of as f64);
+    let highest = summary
+        .tiers
+        .iter()
+        .flat_map(|t| [Some(t.accuracy), Some(t.chance_board), published(t.tier)])
+        .flatten()
+        .fold(0.0, f64::max);
+    let top = axis_top(highest);
+    let y = |v: f64| h - pad - v / top * (h - pad - TOP - 14.0);
+    let slot = (w - left - pad / 2.0) / summary.tiers.len().max(1) as f64;
     let mut svg = chart(w, h, "Accuracy per tier");
+    y_axis(&mut svg, left, w - pad / 2.0, top, y);
+    let _ = write!(
+        svg,
+        r##"<text x="12" y="{:.1}" font-size="11" text-anchor="middle" transform="rotate(-90 12 {:.1})">accuracy</text>"##,
+        y(top / 2.0),
+        y(top / 2.0)
+    );
     for (i, t) in summary.tiers.iter().enumerate() {
-        let (x0, x1) = (pad + i as f64 * slot + 10.0, pad + (i + 1) as f64 * slot - 10.0);
+        let (x0, x1) = (left + i as f64 * slot + 10.0, left + (i + 1) as f64 * slot - 10.0);
         let _ = write!(
             svg,
             r##"<rect x="{x0:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="#72b7b2"/>"##,
@@ -216,11 +259,10 @@ fn tiers_svg(summary: &Summary, card: Option<&ModelCard>) -> String {
             y(t.chance_board),
             t.chance_board
         );
-        if let Some((published, of)) = card.and_then(|c| c.correct_in(t.tier)) {
-            let accuracy = published as f64 / of as f64;
+        if let Some(accuracy) = published(t.tier) {
             let _ = write!(
                 svg,
-                r##"<line x1="{x0:.1}" y1="{:.1}" x2="{x1:.1}" y2="{:.1}" stroke="#e45756" stroke-width="3"><title>model card {published}/{of}</title></line>"##,
+                r##"<line x1="{x0:.1}" y1="{:.1}" x2="{x1:.1}" y2="{:.1}" stroke="#e45756" stroke-width="3"><title>model card {accuracy:.3}</title></line>"##,
                 y(accuracy),
                 y(accuracy)
             );
@@ -233,7 +275,8 @@ fn tiers_svg(summary: &Summary, card: Option<&ModelCard>) -> String {
             t.tier
         );
     }
-    let _ = write!(svg, r##"<line x1="{pad}" y1="{}" x2="{}" y2="{}" stroke="#333"/>"##, y(0.0), w - pad, y(0.0));
+    let _ =
+        write!(svg, r##"<line x1="{left}" y1="{}" x2="{}" y2="{}" stroke="#333"/>"##, y(0.0), w - pad / 2.0, y(0.0));
     let legend = if card.is_some() { "dashed: chance; red: model card" } else { "dashed: the board's chance level" };
     let _ =
         write!(svg, r##"<text x="{}" y="{}" font-size="11" text-anchor="middle">{legend}</text>"##, w / 2.0, h - 6.0);
@@ -343,30 +386,39 @@ fn latency_svg(records: &[Record], p50_s: Option<f64>, p95_s: Option<f64>) -> St
     svg
 }
 
-/// The items answered wrongly: what was expected, what was answered and with what probability.
+/// The items answered wrongly, the most confidently wrong first: what was expected and answered,
+/// with their probabilities; a note only for an item that failed or whose distribution was
+/// invalid (the others simply had another label more probable).
 fn wrong_items(records: &[Record]) -> String {
-    let wrong: Vec<&Record> = records.iter().filter(|r| !r.correct).collect();
+    let probability = |r: &Record, label: Option<&str>| label.and_then(|l| r.probs.as_ref()?.get(l)?.as_f64());
+    let mut wrong: Vec<&Record> = records.iter().filter(|r| !r.correct).collect();
+    let how_wrong = |r: &Record| {
+        probability(r, r.predicted.as_deref()).unwrap_or(1.0) - probability(r, Some(&r.expected)).unwrap_or(0.0)
+    };
+    wrong.sort_by(|a, b| how_wrong(b).total_cmp(&how_wrong(a)));
     let mut out = format!("<h2>Items answered wrongly ({} of {})</h2>\n", wrong.len(), records.len());
     if wrong.is_empty() {
         return out;
     }
-    out.push_str("<table><tr><th>item</th><th>tier</th><th>family</th><th>expected</th><th>p(expected)</th><th>answered</th><th>p(answered)</th><th>why</th></tr>\n");
-    let p = |r: &Record, label: Option<&str>| opt(label.and_then(|l| r.probs.as_ref()?.get(l)?.as_f64()), 3);
+    let note = |r: &Record| r.error.clone().or_else(|| (!r.valid).then(|| "invalid distribution".to_string()));
+    let notes = wrong.iter().any(|r| note(r).is_some());
+    let _ = writeln!(
+        out,
+        "<table class=\"wrong\"><tr><th>item</th><th>tier</th><th>family</th><th>expected</th><th>p</th><th>answered</th><th>p</th>{}</tr>",
+        if notes { "<th>note</th>" } else { "" }
+    );
     for r in wrong {
-        let why = r.error.clone().unwrap_or_else(|| {
-            if r.valid { "another label was more probable".into() } else { "invalid distribution".into() }
-        });
+        let note = if notes { format!("<td>{}</td>", escape(&note(r).unwrap_or_default())) } else { String::new() };
         let _ = writeln!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td style=\"text-align:left;white-space:normal\">{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>{note}</tr>",
             escape(&r.task_id),
             r.tier,
             escape(&r.family),
             escape(&r.expected),
-            p(r, Some(&r.expected)),
+            opt(probability(r, Some(&r.expected)), 3),
             escape(r.predicted.as_deref().unwrap_or("-")),
-            p(r, r.predicted.as_deref()),
-            escape(&why)
+            opt(probability(r, r.predicted.as_deref()), 3),
         );
     }
     out.push_str("</table>\n");
@@ -380,14 +432,18 @@ pub fn html(summary: &Summary, records: &[Record]) -> String {
     let random = meta["random_weights"].as_bool() == Some(true);
     let card = card_for(meta["model"].as_str().unwrap_or(""));
     let mut out = String::from(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>JevBench public items</title><style>body{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;color:#222}table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right;white-space:nowrap}th:first-child,td:first-child{text-align:left}.warn{background:#fff3cd;border:1px solid #e0c060;padding:8px}.charts{display:flex;flex-wrap:wrap;gap:24px}figure{margin:0}figcaption{font-size:13px;color:#555}pre{font-size:12px}</style></head><body>\n",
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>JevBench public items</title><style>body{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;color:#222}table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right;white-space:nowrap}th:first-child,td:first-child{text-align:left}.warn{background:#fff3cd;border:1px solid #e0c060;padding:8px}.charts{display:flex;flex-wrap:wrap;gap:24px}figure{margin:0}figcaption{font-size:13px;color:#555}pre{font-size:12px}table.wrong{width:100%;table-layout:fixed}table.wrong td{white-space:normal;overflow-wrap:anywhere;text-align:left}</style></head><body>\n",
     );
     let _ = writeln!(out, "<h1>JevBench public items: {}</h1>", escape(meta["model"].as_str().unwrap_or("?")));
     let _ = writeln!(
         out,
-        "<p>backend <b>{}</b>, {} &middot; {} &middot; decider {} &middot; burn {}</p>",
+        "<p>backend <b>{}</b>, weights <b>{}</b>, {} &middot; {} on {} logical CPUs, {} compute threads &middot; {} &middot; decider {} &middot; burn {}</p>",
         escape(meta["backend"].as_str().unwrap_or("?")),
+        escape(meta["weights"].as_str().unwrap_or("as the endpoint serves them")),
         escape(meta["source"].as_str().unwrap_or("")),
+        escape(meta["machine"]["cpu"].as_str().unwrap_or("?")),
+        meta["machine"]["logical_cpus"],
+        meta["machine"]["threads"],
         escape(meta["date"].as_str().unwrap_or("")),
         escape(meta["versions"]["decider"].as_str().unwrap_or("")),
         escape(meta["versions"]["burn"].as_str().unwrap_or(""))

@@ -10,8 +10,7 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use super::error::{LOGGED_DETAIL_LIMIT, cut};
-use super::handlers::{is_probe, route_label};
+use super::error::{Refusal, cut};
 use super::metrics::Metrics;
 
 /// Bytes of a request's path a log line carries at most.
@@ -24,10 +23,6 @@ pub(super) struct Served {
     pub tokens: usize,
     pub questions: usize,
 }
-
-/// The `detail` of a refusal, cut for the log: a response extension every error answer sets.
-#[derive(Clone)]
-pub(super) struct Refusal(pub String);
 
 /// The middleware: times `request`, logs it and counts it in `metrics`.
 pub(super) async fn access_log(State(metrics): State<Arc<Metrics>>, request: Request, next: Next) -> Response {
@@ -74,7 +69,14 @@ impl Drop for ClientLeft {
     }
 }
 
-/// The detail of an error answer as its log line carries it.
-pub(super) fn refusal(detail: &serde_json::Value) -> Refusal {
-    Refusal(cut(detail.to_string(), LOGGED_DETAIL_LIMIT))
+/// The routes' paths as the log and `/metrics` label them (those of `handlers::router`); any
+/// other path is `other`.
+fn route_label(path: &str) -> &'static str {
+    const ROUTES: [&str; 6] = ["/v1/systemone", "/decide", "/health", "/v1/models", "/stats", "/metrics"];
+    ROUTES.into_iter().find(|&route| route == path).unwrap_or("other")
+}
+
+/// Whether `route` is one that orchestrators and scrapers poll.
+fn is_probe(route: &str) -> bool {
+    matches!(route, "/health" | "/metrics")
 }

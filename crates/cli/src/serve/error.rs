@@ -5,8 +5,6 @@ use axum::response::{IntoResponse, Response};
 use decider::DeciderError;
 use serde_json::{Value, json};
 
-use super::access_log;
-
 /// An HTTP error with the reference's `{"detail": ...}` body.
 #[derive(Debug)]
 pub(super) struct ApiError(pub StatusCode, pub Value);
@@ -18,6 +16,11 @@ pub(super) const MESSAGE_LIMIT: usize = 64 << 10;
 
 /// Bytes of an answer's `detail` a log line carries at most.
 pub(super) const LOGGED_DETAIL_LIMIT: usize = 2 << 10;
+
+/// The `detail` of an error answer cut for its log line: a response extension every error answer
+/// carries to the access log.
+#[derive(Clone)]
+pub(super) struct Refusal(pub String);
 
 impl ApiError {
     pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
@@ -37,7 +40,7 @@ pub(super) fn cut(mut text: String, limit: usize) -> String {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let logged = access_log::refusal(&self.1);
+        let logged = Refusal(cut(self.1.to_string(), LOGGED_DETAIL_LIMIT));
         let mut response = (self.0, axum::Json(json!({ "detail": self.1 }))).into_response();
         response.extensions_mut().insert(logged);
         if self.0 == StatusCode::SERVICE_UNAVAILABLE {

@@ -37,17 +37,6 @@ pub(super) fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// The routes' paths as `/metrics` labels them; any other path is `other`.
-pub(super) fn route_label(path: &str) -> &'static str {
-    const ROUTES: [&str; 6] = ["/v1/systemone", "/decide", "/health", "/v1/models", "/stats", "/metrics"];
-    ROUTES.into_iter().find(|&route| route == path).unwrap_or("other")
-}
-
-/// Whether `route` is one that orchestrators and scrapers poll.
-pub(super) fn is_probe(route: &str) -> bool {
-    matches!(route, "/health" | "/metrics")
-}
-
 /// The server while its model loads: `/health` says so with a 503, `/metrics` answers, and
 /// every other request is a 503 that says to retry.
 pub(super) fn loading(model: String, metrics: Arc<Metrics>, memory: MemoryBudget) -> Router {
@@ -162,6 +151,8 @@ async fn answer_decide(state: &Arc<AppState>, body: Json, reservation: Reservati
         .plan(reservation, move |prompter, budget| prompter.plan_decide_within(&context, Some(&schema), budget))
         .await?;
     if plan.row_tokens() == 0 {
+        // Answered without the model, and counted as the reference counts it: a request.
+        state.stats.answered(0);
         return Ok((Extension(Served::default()), RouteAnswer::Decide(FormAnswers::new())));
     }
     state.run(RoutePlan::Decide(plan)).await

@@ -243,8 +243,11 @@ pub(super) fn answer_jobs<B: Qwen35Ops>(
             }
         }
         if !jobs.is_empty() {
-            stats.ran(&jobs.iter().map(|job| job.rows().len()).collect::<Vec<_>>());
-            metrics.batch_rows.observe(rows as f64);
+            // Requests of no rows (no questions) run nothing: not a batch, as the reference counts.
+            if rows > 0 {
+                stats.ran(&jobs.iter().map(|job| job.rows().len()).collect::<Vec<_>>());
+                metrics.batch_rows.observe(rows as f64);
+            }
             answer(decider, jobs);
         }
         drop(together_extra);

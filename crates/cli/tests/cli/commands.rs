@@ -262,3 +262,25 @@ fn serve_wants_a_host_and_a_port() {
     let (ok, _, stderr) = decider(&["serve", "--model", "demo", "--addr", "localhost"]);
     assert!(!ok && stderr.contains("expected HOST:PORT"), "{stderr}");
 }
+
+/// `decider info` counts the parameters from their shapes, the same in every format, and the
+/// bytes they take in the format loaded: 4 a parameter in f32, fewer in the others.
+#[test]
+fn info_counts_parameters_and_their_bytes_in_every_format() {
+    let info = |weights: &str| {
+        let (ok, stdout, stderr) = decider(&["info", "--model", "demo", "--weights", weights]);
+        assert!(ok, "{weights}: {stderr}");
+        let info: Value = serde_json::from_str(&stdout).unwrap();
+        (info["parameters"].as_u64().unwrap(), info["weight_bytes"].as_u64().unwrap())
+    };
+    let (parameters, f32_bytes) = info("f32");
+    assert_eq!(f32_bytes, 4 * parameters);
+    let mut previous = f32_bytes;
+    for weights in ["bf16", "q8", "q4"] {
+        let (counted, bytes) = info(weights);
+        assert_eq!(counted, parameters, "{weights} counts the same parameters");
+        assert!(bytes < previous && bytes > parameters / 2, "{weights}: {bytes} bytes for {parameters} parameters");
+        previous = bytes;
+    }
+    assert_eq!(info("f16"), info("bf16"));
+}

@@ -224,12 +224,16 @@ fn stats_count_what_the_server_did() {
     assert_eq!(server.post("/v1/systemone", &json!({"state": "s", "questions": bad}).to_string()).0, 422);
     let long = json!({"q": {"type": "noul", "instructions": "why ".repeat(100)}});
     assert_eq!(server.post("/v1/systemone", &json!({"state": "s", "questions": long}).to_string()).0, 413);
+    // Requests with nothing to score are requests, not batches (decider-ai's serve.py counts
+    // `requests` for them and runs no batch).
+    assert_eq!(server.post("/v1/systemone", &json!({"state": "s", "questions": {}}).to_string()).0, 200);
+    assert_eq!(server.post("/decide", &json!({"context": "c", "schema": {}}).to_string()).0, 200);
 
     let (_, stats) = server.get("/stats");
     let count = |name: &str| stats[name].as_u64().unwrap_or_else(|| panic!("{name} in {stats}"));
     assert_eq!(
         [count("requests"), count("batches"), count("decisions"), count("rows"), count("shared_prefix_requests")],
-        [2, 2, 3, 3, 1],
+        [4, 2, 3, 3, 1],
         "{stats}"
     );
     assert_eq!(

@@ -2,6 +2,7 @@
 //! answers, the tokenizer, Python's JSON, capped states and the engine.
 
 mod capped_state;
+mod decide_form_errors;
 mod engine;
 mod python_json;
 mod reference_fixtures;
