@@ -287,8 +287,22 @@ fn tiers_svg(summary: &Summary, card: Option<&ModelCard>) -> String {
 /// Horizontal bars of accuracy per family.
 fn families_svg(families: &[(String, &Metrics)]) -> String {
     let (w, row, left) = (560.0, 20.0, 140.0);
-    let h = row * families.len() as f64 + TOP + 10.0;
+    let plot_bottom = row * families.len() as f64 + TOP;
+    let h = plot_bottom + 30.0;
     let mut svg = chart(w, h, "Accuracy per family");
+    // The accuracy axis under the bars, with a tick and grid line every quarter.
+    let _ =
+        write!(svg, r##"<line x1="{left}" y1="{plot_bottom}" x2="{}" y2="{plot_bottom}" stroke="#333"/>"##, w - 80.0);
+    for quarter in 0..=4 {
+        let x = left + quarter as f64 / 4.0 * (w - left - 80.0);
+        let _ = write!(
+            svg,
+            r##"<line x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{plot_bottom}" stroke="#eee"/><line x1="{x:.1}" y1="{plot_bottom}" x2="{x:.1}" y2="{:.1}" stroke="#333"/><text x="{x:.1}" y="{:.1}" font-size="10" text-anchor="middle">{} %</text>"##,
+            plot_bottom + 4.0,
+            plot_bottom + 15.0,
+            quarter * 25
+        );
+    }
     for (i, (family, m)) in families.iter().enumerate() {
         let y = TOP + i as f64 * row;
         let width = m.accuracy * (w - left - 80.0);
@@ -358,12 +372,36 @@ fn latency_svg(records: &[Record], p50_s: Option<f64>, p95_s: Option<f64>) -> St
         let ms = 10f64.powi(decade);
         let _ = write!(
             svg,
-            r##"<text x="{:.1}" y="{}" font-size="10" text-anchor="middle">{}</text>"##,
+            r##"<line x1="{0:.1}" y1="{1}" x2="{0:.1}" y2="{2}" stroke="#333"/><text x="{0:.1}" y="{3}" font-size="10" text-anchor="middle">{4}</text>"##,
             x(ms),
+            h - pad,
+            h - pad + 4.0,
             h - pad + 14.0,
             duration_label(ms)
         );
     }
+    // The count axis: ticks at whole numbers of items, about four of them.
+    let y = |count: f64| h - pad - count / top * (h - pad - TOP - 20.0);
+    let step = (top / 4.0).ceil().max(1.0);
+    let _ = write!(svg, r##"<line x1="{pad}" y1="{}" x2="{pad}" y2="{:.1}" stroke="#333"/>"##, h - pad, y(top));
+    let mut tick = 0.0;
+    while tick <= top {
+        let _ = write!(
+            svg,
+            r##"<line x1="{:.1}" y1="{:.1}" x2="{pad}" y2="{:.1}" stroke="#333"/><text x="{:.1}" y="{:.1}" font-size="10" text-anchor="end">{tick}</text>"##,
+            pad - 4.0,
+            y(tick),
+            y(tick),
+            pad - 6.0,
+            y(tick) + 3.5
+        );
+        tick += step;
+    }
+    let _ = write!(
+        svg,
+        r##"<text x="10" y="{0:.1}" font-size="11" text-anchor="middle" transform="rotate(-90 10 {0:.1})">items</text>"##,
+        y(top / 2.0)
+    );
     for (name, seconds) in [("p50", p50_s), ("p95", p95_s)] {
         let Some(ms) = seconds.map(|s| s * 1000.0).filter(|&ms| ms > 0.0) else { continue };
         let _ = write!(
@@ -404,7 +442,8 @@ fn wrong_items(records: &[Record]) -> String {
     let notes = wrong.iter().any(|r| note(r).is_some());
     let _ = writeln!(
         out,
-        "<table class=\"wrong\"><tr><th>item</th><th>tier</th><th>family</th><th>expected</th><th>p</th><th>answered</th><th>p</th>{}</tr>",
+        "<table class=\"wrong\"><colgroup><col style=\"width:24%\"><col style=\"width:8%\"><col style=\"width:14%\"><col><col style=\"width:7%\"><col><col style=\"width:7%\">{}</colgroup><tr><th>item</th><th>tier</th><th>family</th><th>expected</th><th>p</th><th>answered</th><th>p</th>{}</tr>",
+        if notes { "<col style=\"width:20%\">" } else { "" },
         if notes { "<th>note</th>" } else { "" }
     );
     for r in wrong {
@@ -432,7 +471,7 @@ pub fn html(summary: &Summary, records: &[Record]) -> String {
     let random = meta["random_weights"].as_bool() == Some(true);
     let card = card_for(meta["model"].as_str().unwrap_or(""));
     let mut out = String::from(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>JevBench public items</title><style>body{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;color:#222}table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right;white-space:nowrap}th:first-child,td:first-child{text-align:left}.warn{background:#fff3cd;border:1px solid #e0c060;padding:8px}.charts{display:flex;flex-wrap:wrap;gap:24px}figure{margin:0}figcaption{font-size:13px;color:#555}pre{font-size:12px}table.wrong{width:100%;table-layout:fixed}table.wrong td{white-space:normal;overflow-wrap:anywhere;text-align:left}</style></head><body>\n",
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>JevBench public items</title><style>body{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;color:#222}table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right;white-space:nowrap}th:first-child,td:first-child{text-align:left}.warn{background:#fff3cd;border:1px solid #e0c060;padding:8px}.charts{display:flex;flex-wrap:wrap;gap:24px}figure{margin:0}figcaption{font-size:13px;color:#555}pre{font-size:12px}table.wrong{width:100%;table-layout:fixed}table.wrong td,table.wrong th{white-space:normal;overflow-wrap:anywhere;text-align:left}</style></head><body>\n",
     );
     let _ = writeln!(out, "<h1>JevBench public items: {}</h1>", escape(meta["model"].as_str().unwrap_or("?")));
     let _ = writeln!(
