@@ -8,12 +8,11 @@ use decider::python_json::{Json, JsonMap, loads};
 use qwen35::Qwen35Ops;
 
 use decider_cli::backend::{BackendName, GenericTask};
-use decider_cli::model_source::{ModelSource, WeightsArg};
+use decider_cli::model_source::{MODEL_HELP, ModelSource, WeightsArg};
 
 #[derive(clap::Args)]
 pub struct DecideArgs {
-    /// Model folder, or `demo` (random weights, runs offline).
-    #[arg(long)]
+    #[arg(long, help = MODEL_HELP)]
     pub model: ModelSource,
     #[command(flatten)]
     pub weights: WeightsArg,

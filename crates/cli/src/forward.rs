@@ -10,12 +10,11 @@ use npyz::WriterBuilder;
 use qwen35::Qwen35Ops;
 
 use decider_cli::backend::{BackendName, GenericTask};
-use decider_cli::model_source::{ModelSource, WeightsArg};
+use decider_cli::model_source::{MODEL_HELP, ModelSource, WeightsArg};
 
 #[derive(clap::Args)]
 pub struct ForwardArgs {
-    /// Model folder (config.json and the weights are read), Hub id, or `demo`.
-    #[arg(long)]
+    #[arg(long, help = MODEL_HELP)]
     pub model: ModelSource,
     #[command(flatten)]
     pub weights: WeightsArg,

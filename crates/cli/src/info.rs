@@ -5,12 +5,11 @@ use qwen35::decoder::{DecoderLayer, FeedForward};
 use serde_json::json;
 
 use decider_cli::backend::{BackendName, GenericTask};
-use decider_cli::model_source::{ModelSource, WeightsArg};
+use decider_cli::model_source::{MODEL_HELP, ModelSource, WeightsArg};
 
 #[derive(clap::Args)]
 pub struct InfoArgs {
-    /// Model folder, or `demo`.
-    #[arg(long)]
+    #[arg(long, help = MODEL_HELP)]
     pub model: ModelSource,
     #[command(flatten)]
     pub weights: WeightsArg,

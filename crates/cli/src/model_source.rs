@@ -77,6 +77,9 @@ impl std::fmt::Display for ModelSource {
     }
 }
 
+/// `--model`'s help, the same on every command that loads a model.
+pub const MODEL_HELP: &str = "Model: a folder (config.json, safetensors, tokenizer.json, decider_config.json), a Hugging Face Hub id (owner/name), `demo` (random weights, runs offline) or `random:CONFIG` (random weights at the widths of a config.json)";
+
 impl ModelSource {
     /// The tokenizer and `decider_config.json` only (no weights).
     pub fn prompter(&self) -> anyhow::Result<Prompter> {

@@ -7,12 +7,11 @@ use decider::SystemOneRequest;
 use decider::python_json::{Json, loads};
 use serde_json::{Value, json};
 
-use decider_cli::model_source::ModelSource;
+use decider_cli::model_source::{MODEL_HELP, ModelSource};
 
 #[derive(clap::Args)]
 pub struct PromptArgs {
-    /// Model folder (only tokenizer.json and decider_config.json are read), or `demo`.
-    #[arg(long)]
+    #[arg(long, help = MODEL_HELP)]
     pub model: ModelSource,
     /// A /v1/systemone request body as JSON, or a file holding it (FILE or @FILE):
     /// {"state": ..., "questions": {...}, "independent": true}.

@@ -126,6 +126,16 @@ impl<B: FormatOps> Loader<'_, '_, B> {
         }
     }
 
+    /// Tells the log (`tracing`, at info) how far a build from a source has come, at about every
+    /// tenth of the model's `of` layers: a model of tens of GB takes minutes to read. A lazy
+    /// build, which reads nothing, says nothing.
+    pub fn layers_built(&self, done: usize, of: usize) {
+        let new_tenth = done * 10 / of.max(1) != (done - 1) * 10 / of.max(1);
+        if self.load.source.is_some() && (done == of || new_tenth) {
+            tracing::info!("weights: {done} of {of} layers");
+        }
+    }
+
     /// The format the load was asked for.
     pub fn requested(&self) -> WeightFormat {
         self.load.requested

@@ -138,7 +138,13 @@ impl Qwen35Config {
         let text = root.text_model();
         let table = TokenTableConfig::new(self.vocab_size, h);
         let embed_tokens = table.load(&text.at("embed_tokens"));
-        let layers = (0..self.num_hidden_layers).map(|i| self.layer_config(i).load(&text.at("layers").at(i))).collect();
+        let layers = (0..self.num_hidden_layers)
+            .map(|i| {
+                let layer = self.layer_config(i).load(&text.at("layers").at(i));
+                root.layers_built(i + 1, self.num_hidden_layers);
+                layer
+            })
+            .collect();
         let norm = RmsNormConfig::new(h).with_eps(self.rms_norm_eps).load(&text.at("norm"));
         let lm_head = (!self.tie_word_embeddings).then(|| table.load(&root.at("lm_head")));
         Qwen35Model {

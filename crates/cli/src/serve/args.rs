@@ -2,12 +2,11 @@
 //! (written once, here).
 
 use crate::backend::BackendName;
-use crate::model_source::{ModelSource, WeightsArg};
+use crate::model_source::{MODEL_HELP, ModelSource, WeightsArg};
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
-    /// Model folder, or `demo` (random weights, runs offline).
-    #[arg(long, env = "DECIDER_MODEL")]
+    #[arg(long, env = "DECIDER_MODEL", help = MODEL_HELP)]
     pub model: ModelSource,
     #[command(flatten)]
     pub weights: WeightsArg,

@@ -191,7 +191,18 @@ fn quantize_writes_a_folder_that_loads_like_quantizing_at_load() {
             .unwrap()
     };
     let output = quantize("q8", &quantized);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    // Its progress on stderr, a line a layer for this short model, the last one when it is done.
+    let layers = serde_json::from_str::<serde_json::Value>(
+        &std::fs::read_to_string(fixture_path("moe/save_pretrained/config.json")).unwrap(),
+    )
+    .unwrap()["num_hidden_layers"]
+        .as_u64()
+        .unwrap();
+    for done in 1..=layers {
+        assert!(stderr.contains(&format!("INFO weights: {done} of {layers} layers")), "{stderr}");
+    }
     assert!(
         String::from_utf8_lossy(&output.stdout).contains("tensors in q8"),
         "{}",

@@ -241,6 +241,29 @@ fn completions_are_printed_for_each_shell() {
 
 /// A server process killed when the test ends, passed or not.
 #[test]
+fn model_help_names_every_kind_of_model_on_every_command() {
+    for command in ["decide", "serve", "info", "forward", "prompt"] {
+        let out = Command::new(DECIDER).args([command, "--help"]).output().unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        for kind in ["a folder", "Hugging Face Hub id (owner/name)", "`demo`", "`random:CONFIG`"] {
+            assert!(help.contains(kind), "{command} --help names {kind}: {help}");
+        }
+    }
+}
+
+#[test]
+fn loading_a_model_reports_its_progress() {
+    let out = Command::new(DECIDER).args(["info", "--model", "demo"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The demo model's 4 layers: each is a tenth or more of the model.
+    for done in 1..=4 {
+        assert!(stderr.contains(&format!("INFO weights: {done} of 4 layers")), "{stderr}");
+    }
+    let quiet = Command::new(DECIDER).args(["info", "--model", "demo", "--log-level", "warn"]).output().unwrap();
+    assert!(quiet.stderr.is_empty(), "{}", String::from_utf8_lossy(&quiet.stderr));
+}
+
+#[test]
 fn a_backend_not_built_in_says_how_to_build_it() {
     let out = Command::new(DECIDER).args(["info", "--model", "demo", "--backend", "cuda"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
