@@ -6,5 +6,6 @@
 mod commands;
 mod forward_command;
 mod operations;
+mod readme;
 mod serve;
 mod serve_budget;
