@@ -1,10 +1,9 @@
 //! `--backend`: the burn backends of this build ([`decider_ops::for_each_backend!`], chosen by
 //! decider-ops' cargo features) and the dispatch from a name to a concrete backend type.
 
+use std::ffi::OsStr;
 use std::fmt;
 use std::sync::OnceLock;
-
-use std::ffi::OsStr;
 
 use clap::ValueEnum;
 use clap::builder::{EnumValueParser, PossibleValue, TypedValueParser};
@@ -36,9 +35,7 @@ impl BackendName {
             .first()
             .expect("this build has no backend: enable one of decider-ops' backend features (ndarray, candle, wgpu)")
     }
-}
 
-impl BackendName {
     /// `--backend`'s parser: clap's for the backends of this build, whose error for any other
     /// name says how to build one in.
     pub fn parser() -> BackendParser {

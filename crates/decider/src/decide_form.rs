@@ -23,7 +23,7 @@ use crate::plan_budget::{Meter, PlanBudget};
 use crate::prompt::{Row, RowQuestion, context_ids, neutralize, row};
 use crate::prompter::Prompter;
 use crate::python_json::{py_repr, py_str, py_type_name};
-use crate::question::{AnswerType, strings_heap_bytes};
+use crate::question::{AnswerType, python_float, strings_heap_bytes};
 use crate::tokenizer::MAX_OPTIONS;
 use crate::wire::{DecideAnswer, DecideQuestion};
 
@@ -138,23 +138,6 @@ fn is_finite_json(value: &Json) -> bool {
         Json::Dict(map) => map.values().all(is_finite_json),
         _ => true,
     }
-}
-
-/// Python's `float(text)` of a string: surrounding whitespace ignored, and `_` allowed between
-/// two digits (`"1_000"`).
-fn python_float(text: &str) -> Option<f64> {
-    let text = text.trim();
-    let bytes = text.as_bytes();
-    let digit_at = |i: Option<usize>| i.and_then(|i| bytes.get(i)).is_some_and(u8::is_ascii_digit);
-    let underscores_between_digits = bytes
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| **b == b'_')
-        .all(|(i, _)| digit_at(i.checked_sub(1)) && digit_at(Some(i + 1)));
-    if !underscores_between_digits {
-        return None;
-    }
-    text.replace('_', "").parse().ok()
 }
 
 /// `Decider._check_schema` + `_schema_to_questions`.

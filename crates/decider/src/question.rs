@@ -165,12 +165,20 @@ fn sorted_legend(legend: &JsonMap) -> Result<Vec<Json>, DeciderError> {
     Ok(keyed.into_iter().map(|(_, v)| v).collect())
 }
 
-/// Python's `float(text)` for the forms a legend key takes: surrounding whitespace and `_`
-/// digit separators; Rust's parser already reads `1e1`, `.5`, `inf` and `nan` in any case.
-fn python_float(text: &str) -> Option<f64> {
-    let trimmed = text.trim();
-    if trimmed.starts_with('_') || trimmed.ends_with('_') || trimmed.contains("__") {
+/// Python's `float(text)` for the forms a legend key takes: surrounding whitespace, and `_` only
+/// between two digits (`"1_000"`; `"1_e5"` and `"_1"` are refused, as Python refuses them);
+/// Rust's parser already reads `1e1`, `.5`, `inf` and `nan` in any case.
+pub(crate) fn python_float(text: &str) -> Option<f64> {
+    let text = text.trim();
+    let bytes = text.as_bytes();
+    let digit_at = |i: Option<usize>| i.and_then(|i| bytes.get(i)).is_some_and(u8::is_ascii_digit);
+    let underscores_between_digits = bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'_')
+        .all(|(i, _)| digit_at(i.checked_sub(1)) && digit_at(Some(i + 1)));
+    if !underscores_between_digits {
         return None;
     }
-    trimmed.replace('_', "").parse().ok()
+    text.replace('_', "").parse().ok()
 }

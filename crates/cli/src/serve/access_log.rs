@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{Request, State};
+use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
 
@@ -26,15 +27,18 @@ pub(super) struct Served {
 
 /// The middleware: times `request`, logs it and counts it in `metrics`.
 pub(super) async fn access_log(State(metrics): State<Arc<Metrics>>, request: Request, next: Next) -> Response {
-    let start = Instant::now();
-    let method = request.method().clone();
-    let path = cut(request.uri().path().to_string(), LOGGED_PATH_LIMIT);
     let route = route_label(request.uri().path());
-    let mut left = ClientLeft { method: method.as_str().to_string(), path: path.clone(), start, answered: false };
+    let mut request_line = ClientLeft {
+        method: request.method().clone(),
+        path: cut(request.uri().path().to_string(), LOGGED_PATH_LIMIT),
+        start: Instant::now(),
+        answered: false,
+    };
     let response = next.run(request).await;
-    left.answered = true;
+    request_line.answered = true;
+    let ClientLeft { method, path, start, .. } = &request_line;
     let seconds = start.elapsed().as_secs_f64();
-    let ms = (seconds * 1e4).round() / 10.0;
+    let ms = millis(seconds);
     let status = response.status().as_u16();
     metrics.answered(route, status, seconds);
     if let Some(served) = response.extensions().get::<Served>() {
@@ -52,9 +56,10 @@ pub(super) async fn access_log(State(metrics): State<Arc<Metrics>>, request: Req
     response
 }
 
-/// Logs the request if its future is dropped unanswered: its client closed the connection.
+/// A request's method, path and start, which its log line names; logged when dropped
+/// unanswered (its future dropped: the client closed the connection).
 struct ClientLeft {
-    method: String,
+    method: Method,
     path: String,
     start: Instant,
     answered: bool,
@@ -63,10 +68,15 @@ struct ClientLeft {
 impl Drop for ClientLeft {
     fn drop(&mut self) {
         if !self.answered {
-            let ms = (self.start.elapsed().as_secs_f64() * 1e4).round() / 10.0;
+            let ms = millis(self.start.elapsed().as_secs_f64());
             tracing::info!(method = %self.method, path = %self.path, ms, "client left before its answer");
         }
     }
+}
+
+/// `seconds` in milliseconds to a tenth, as the log prints them.
+fn millis(seconds: f64) -> f64 {
+    (seconds * 1e4).round() / 10.0
 }
 
 /// The routes' paths as the log and `/metrics` label them (those of `handlers::router`); any
