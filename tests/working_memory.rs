@@ -9,7 +9,7 @@
 //! Shapes: the demo model, and 4-layer slices of decider-2b's widths (f32 and q8) and of
 //! decider-35b-a3b's (32 experts instead of 256: only the router's width depends on the count)
 //! with small segments and key blocks so that prefixes span several of each. Requests: one row
-//! alone, a long state shared by several question rows, and sixteen one-row requests of
+//! alone, a long state shared by several question rows, and eight one-row requests of
 //! unequal lengths scored together.
 
 use burn::backend::NdArray;
@@ -63,12 +63,12 @@ fn check(decider: &Decider<B>, name: &str, requests: &[&[Row]]) {
 }
 
 /// A request of one row (a state of about `words / 4` words), one of a state of `words` shared
-/// by 3 question rows, and sixteen one-row requests of unequal lengths scored together.
+/// by 3 question rows, and eight one-row requests of unequal lengths scored together.
 fn requests(prompter: &Prompter, words: usize) -> Vec<(&'static str, Vec<Plan>)> {
     vec![
         ("one row", vec![rows(prompter, words / 4, 1)]),
         ("a state shared by 3 rows", vec![rows(prompter, words, 3)]),
-        ("16 requests together", (0..16).map(|i| rows(prompter, 8 + 4 * i, 1)).collect()),
+        ("8 requests together", (0..8).map(|i| rows(prompter, 8 + 8 * i, 1)).collect()),
     ]
 }
 
@@ -99,8 +99,8 @@ fn the_working_memory_bound_holds_and_is_tight() {
         check(&demo, &format!("demo, {kind}"), &plans.iter().map(|p| p.rows.as_slice()).collect::<Vec<_>>());
     }
     drop(demo);
-    // Real widths, with segments and key blocks of 256 so that a 600-word state spans several.
-    let blocks = PrefillBlocks { segment: 256, key_block: 256 };
+    // Real widths, with segments and key blocks of 128 so that a 300-word state spans several.
+    let blocks = PrefillBlocks { segment: 128, key_block: 128 };
     for (name, config, weights) in [
         ("2B widths f32", "qwen3.5-2b", WeightFormat::F32),
         ("2B widths q8", "qwen3.5-2b", WeightFormat::Q8),
@@ -108,7 +108,7 @@ fn the_working_memory_bound_holds_and_is_tight() {
     ] {
         let model = random_model::<B>(&real_widths(config, 32), weights, &device).with_blocks(blocks);
         let decider = Decider::new(model, Prompter::demo(), &device, name.into()).expect("the tokenizer fits");
-        for (kind, plans) in requests(decider.prompter(), 600) {
+        for (kind, plans) in requests(decider.prompter(), 300) {
             check(&decider, &format!("{name}, {kind}"), &plans.iter().map(|p| p.rows.as_slice()).collect::<Vec<_>>());
         }
     }

@@ -25,8 +25,8 @@ use crate::working_memory::WorkingMemory;
 pub struct Decider<B: Qwen35Ops> {
     model: Qwen35Model<B>,
     prompter: Prompter,
-    /// The output head's label rows, `[hidden, 255]`: a decision never computes the full
-    /// vocabulary projection.
+    /// The output head's label rows, `[hidden, 255]` and contiguous: a decision never computes
+    /// the full vocabulary projection.
     label_weights: Tensor<B, 2>,
     device: B::Device,
     source: String,
@@ -97,7 +97,12 @@ impl<B: Qwen35Ops> Decider<B> {
         let label_ids = prompter.tokenizer.labels().ids.iter().map(|&id| id as i64).collect::<Vec<_>>();
         let count = label_ids.len();
         let index = Tensor::<B, 1, Int>::from_data(TensorData::new(label_ids, [count]), device);
-        let label_weights = model.head().rows(index).transpose();
+        // Held contiguous, not as a transposed view: CubeCL's matmul autotune keys a transposed
+        // right-hand side by its inner width alone, so this 255-column product would share the
+        // cached kernel of a 256-column one, and the vector-matrix kernels that need the columns
+        // to be a multiple of the plane size fail to launch (tracel-ai/cubecl#1611). Contiguous,
+        // the key records the columns' alignment and the tuner picks among kernels that launch.
+        let label_weights = Tensor::from_data(model.head().rows(index).transpose().into_data(), device);
         Ok(Self { model, prompter, label_weights, device: device.clone(), source, share_prefix: true })
     }
 
