@@ -6,9 +6,11 @@
 //! Planning is measured the same way: what tokenizing texts and building rows allocates against
 //! what [`decider::Meter`] asks of a budget for it (`decider::plan_budget`).
 //!
-//! Shapes: the demo model, and 4-layer slices of decider-2b's widths (f32 and q8) and of
+//! Shapes: the demo model (f32), and 4-layer slices of decider-2b's widths and of
 //! decider-35b-a3b's (32 experts instead of 256: only the router's width depends on the count)
-//! with small segments and key blocks so that prefixes span several of each. Requests: one row
+//! in q8, the CPU's format (at these widths f32 has q8's bound to the byte and allocated within
+//! 6 % of q8's peak when both were measured, so the demo covers its path), with small segments
+//! and key blocks so that prefixes span several of each. Requests: one row
 //! alone, a long state shared by several question rows, and eight one-row requests of
 //! unequal lengths scored together.
 
@@ -101,11 +103,9 @@ fn the_working_memory_bound_holds_and_is_tight() {
     drop(demo);
     // Real widths, with segments and key blocks of 128 so that a 300-word state spans several.
     let blocks = PrefillBlocks { segment: 128, key_block: 128 };
-    for (name, config, weights) in [
-        ("2B widths f32", "qwen3.5-2b", WeightFormat::F32),
-        ("2B widths q8", "qwen3.5-2b", WeightFormat::Q8),
-        ("35B-A3B widths q8", "qwen3.5-35b-a3b", WeightFormat::Q8),
-    ] {
+    for (name, config, weights) in
+        [("2B widths q8", "qwen3.5-2b", WeightFormat::Q8), ("35B-A3B widths q8", "qwen3.5-35b-a3b", WeightFormat::Q8)]
+    {
         let model = random_model::<B>(&real_widths(config, 32), weights, &device).with_blocks(blocks);
         let decider = Decider::new(model, Prompter::demo(), &device, name.into()).expect("the tokenizer fits");
         for (kind, plans) in requests(decider.prompter(), 300) {

@@ -20,6 +20,12 @@ use crate::error::LoadError;
 use crate::weight::{Weight, WeightValues};
 use crate::weight_format::{FormatOps, WeightFormat, WeightUse, held_format};
 
+/// The field of the `weights read` progress event ([`Loader::layers_built`]) that counts the
+/// layers read so far (the name the event is emitted with there).
+pub const LAYERS_DONE: &str = "layers_done";
+/// The field of the `weights read` progress event that counts the model's layers.
+pub const LAYERS_TOTAL: &str = "layers_total";
+
 /// Where a model's tensors come from, by checkpoint name; values in the checkpoint's layout.
 pub trait TensorSource {
     /// The prefix of the text model's names (`model.language_model` in released checkpoints,
@@ -127,12 +133,13 @@ impl<B: FormatOps> Loader<'_, '_, B> {
     }
 
     /// Tells the log (`tracing`, at info) how far a build from a source has come, at about every
-    /// tenth of the model's `of` layers: a model of tens of GB takes minutes to read. A lazy
-    /// build, which reads nothing, says nothing.
+    /// tenth of the model's `of` layers: a model of tens of GB takes minutes to read. The counts
+    /// are the event's fields [`LAYERS_DONE`] and [`LAYERS_TOTAL`], for a progress bar to read. A
+    /// lazy build, which reads nothing, says nothing.
     pub fn layers_built(&self, done: usize, of: usize) {
         let new_tenth = done * 10 / of.max(1) != (done - 1) * 10 / of.max(1);
         if self.load.source.is_some() && (done == of || new_tenth) {
-            tracing::info!("weights: {done} of {of} layers");
+            tracing::info!(layers_done = done, layers_total = of, "weights read");
         }
     }
 

@@ -4,6 +4,7 @@
 use std::process::Command;
 
 use integration_tests::{Reference, fixture_copy, fixture_path, relative_check, rewrite_tensors};
+use qwen35::loader::{LAYERS_DONE, LAYERS_TOTAL};
 
 fn decider() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_decider"));
@@ -201,7 +202,10 @@ fn quantize_writes_a_folder_that_loads_like_quantizing_at_load() {
         .as_u64()
         .unwrap();
     for done in 1..=layers {
-        assert!(stderr.contains(&format!("INFO weights: {done} of {layers} layers")), "{stderr}");
+        assert!(
+            stderr.contains(&format!("INFO weights read {LAYERS_DONE}={done} {LAYERS_TOTAL}={layers}")),
+            "{stderr}"
+        );
     }
     assert!(
         String::from_utf8_lossy(&output.stdout).contains("tensors in q8"),

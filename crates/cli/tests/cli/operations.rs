@@ -7,6 +7,7 @@ use std::process::{Command, Stdio};
 
 use integration_tests::server::{Server, read};
 use prometheus_parse::{Scrape, Value as Sample};
+use qwen35::loader::{LAYERS_DONE, LAYERS_TOTAL};
 use serde_json::{Value, json};
 
 const DECIDER: &str = env!("CARGO_BIN_EXE_decider");
@@ -257,7 +258,7 @@ fn loading_a_model_reports_its_progress() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     // The demo model's 4 layers: each is a tenth or more of the model.
     for done in 1..=4 {
-        assert!(stderr.contains(&format!("INFO weights: {done} of 4 layers")), "{stderr}");
+        assert!(stderr.contains(&format!("INFO weights read {LAYERS_DONE}={done} {LAYERS_TOTAL}=4")), "{stderr}");
     }
     let quiet = Command::new(DECIDER).args(["info", "--model", "demo", "--log-level", "warn"]).output().unwrap();
     assert!(quiet.stderr.is_empty(), "{}", String::from_utf8_lossy(&quiet.stderr));

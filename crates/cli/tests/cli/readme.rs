@@ -1,9 +1,10 @@
 //! The README's commands cannot go stale: every line of its `sh` blocks is either run here (the
-//! `decider` commands, with this build's binary), run by CI (`.ci/run`), or listed below with why
-//! it is not run in a test. A command added to the README without one of the three fails.
+//! `decider` commands, with this build's binary, and the server block: `decider serve ... &`, its
+//! `curl` and `kill %1`), run by CI (`.ci/run`), or listed below with why it is not run in a test.
+//! A command added to the README without one of the three fails.
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 
 const DECIDER: &str = env!("CARGO_BIN_EXE_decider");
 
@@ -28,6 +29,20 @@ const BINARY_PREFIXES: [&str; 3] = [
     "cargo run --release -p decider-cli --",
     "decider ",
 ];
+
+/// The address the README serves on; the test serves on a free port instead.
+const README_ADDR: &str = "127.0.0.1:8000";
+
+/// The README's server, started in the background (`... &`) and stopped by its `kill %1`, or when
+/// the test ends.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
 
 /// The commands of the README's `sh` blocks: continuation lines joined, comments dropped.
 fn readme_commands(readme: &str) -> Vec<String> {
@@ -71,8 +86,35 @@ fn every_readme_command_is_run_by_a_test_or_by_ci() {
     let work = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(root.join("tests").canonicalize().unwrap(), work.path().join("tests")).unwrap();
     let built_in = String::from_utf8(Command::new(DECIDER).arg("backends").output().unwrap().stdout).unwrap();
+    let addr = {
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        free.local_addr().unwrap().to_string()
+    };
+    let bash = |line: &str| {
+        let mut command = Command::new("bash");
+        command.args(["-c", line]).env("DECIDER", DECIDER).current_dir(work.path());
+        command
+    };
+    let mut server: Option<Server> = None;
     let mut ran = 0;
     for command in &commands {
+        let command = &command.replace(README_ADDR, &addr);
+        if command.starts_with("curl ") {
+            assert!(server.is_some(), "README's `{command}` runs without a server started before it");
+            let out = bash(command).output().unwrap();
+            assert!(out.status.success(), "`{command}` failed: {}", String::from_utf8_lossy(&out.stderr));
+            let response: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+                panic!("`{command}` printed no JSON ({e}): {}", String::from_utf8_lossy(&out.stdout))
+            });
+            let noul = response["answers"]["urgent"]["noul"].as_f64();
+            assert!(noul.is_some_and(|p| (0.0..=1.0).contains(&p)), "`{command}` answered {response}");
+            ran += 1;
+            continue;
+        }
+        if command == "kill %1" {
+            drop(server.take().expect("README's `kill %1` stops the server it started"));
+            continue;
+        }
         if RUN_BY_CI.contains(&command.as_str()) {
             assert!(
                 ci.lines().any(|l| l.contains(command.as_str())),
@@ -88,8 +130,14 @@ fn every_readme_command_is_run_by_a_test_or_by_ci() {
             .find(|prefix| command.starts_with(*prefix))
             .unwrap_or_else(|| panic!("README command `{command}` is neither run here, by CI, nor listed in NOT_RUN"));
         let line = format!("\"$DECIDER\" {}", &command[prefix.len()..].trim());
-        let out =
-            Command::new("bash").args(["-c", &line]).env("DECIDER", DECIDER).current_dir(work.path()).output().unwrap();
+        if let Some(background) = line.strip_suffix(" &") {
+            let child =
+                bash(&format!("exec {background}")).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+            server = Some(Server(child));
+            ran += 1;
+            continue;
+        }
+        let out = bash(&line).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         let backend = command.split("--backend ").nth(1).and_then(|rest| rest.split_whitespace().next());
         match backend {
@@ -101,5 +149,6 @@ fn every_readme_command_is_run_by_a_test_or_by_ci() {
         }
         ran += 1;
     }
-    assert!(ran >= 4, "the README's decider commands ran: {ran}");
+    assert!(server.is_none(), "README starts a server it does not stop");
+    assert!(ran >= 6, "the README's decider commands ran: {ran}");
 }
