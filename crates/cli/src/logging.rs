@@ -28,7 +28,7 @@ pub fn init(filter: Option<&str>) -> anyhow::Result<()> {
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER)),
     };
     let terminal = std::io::stderr().is_terminal();
-    let bar = progress::Bar::stderr();
+    let bar = progress::Bar::default();
     let lines = tracing_subscriber::fmt::layer()
         .with_target(false)
         .with_writer(progress::Stderr(bar.clone()))

@@ -13,24 +13,14 @@ use tracing::{Event, Metadata, Subscriber};
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::{Context, Layer};
 
-/// The bar being drawn, if a read is under way; shared with [`Stderr`], which clears it while a
-/// log line is written.
-#[derive(Clone)]
+/// The bar being drawn on stderr (indicatif draws nothing where stderr is not a terminal), if a
+/// read is under way; shared with [`Stderr`], which clears it while a log line is written.
+#[derive(Clone, Default)]
 pub struct Bar {
     current: Arc<Mutex<Option<ProgressBar>>>,
-    target: fn() -> ProgressDrawTarget,
 }
 
 impl Bar {
-    /// A bar drawn on stderr.
-    pub fn stderr() -> Self {
-        Self::drawn_on(ProgressDrawTarget::stderr)
-    }
-
-    fn drawn_on(target: fn() -> ProgressDrawTarget) -> Self {
-        Self { current: Arc::default(), target }
-    }
-
     fn current(&self) -> MutexGuard<'_, Option<ProgressBar>> {
         self.current.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -43,7 +33,7 @@ impl Bar {
             let style = ProgressStyle::with_template("weights [{bar:40}] {pos}/{len} layers, {elapsed}")
                 .expect("a valid template")
                 .progress_chars("=> ");
-            ProgressBar::with_draw_target(Some(total), (self.target)()).with_style(style)
+            ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr()).with_style(style)
         });
         bar.set_length(total);
         bar.set_position(done);
@@ -95,12 +85,6 @@ impl Visit for Counts {
         }
     }
 
-    fn record_i64(&mut self, field: &Field, value: i64) {
-        if let Ok(value) = u64::try_from(value) {
-            self.record_u64(field, value);
-        }
-    }
-
     fn record_debug(&mut self, _: &Field, _: &dyn std::fmt::Debug) {}
 }
 
@@ -137,7 +121,7 @@ mod tests {
 
     #[test]
     fn progress_events_move_the_bar_and_the_last_clears_it() {
-        let bar = Bar::drawn_on(ProgressDrawTarget::hidden);
+        let bar = Bar::default();
         let subscriber = tracing_subscriber::registry().with(bar.clone());
         tracing::subscriber::with_default(subscriber, || {
             tracing::info!("loading");
