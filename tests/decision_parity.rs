@@ -1,9 +1,10 @@
 //! Backend parity of whole decisions: the demo model (same seeded weights on every backend)
 //! gives every backend the label logits and probabilities of ndarray, through the shared-prefix
 //! fork and the batched question rows, within 1e-4 (on ndarray itself: two independent builds,
-//! and bit for bit in `ndarray_decisions_are_deterministic`).
+//! and bit for bit in `ndarray_decisions_are_deterministic`). One forward pass a backend: the
+//! answers are made from the logits checked.
 
-use decider::{Answer, Decider, SystemOneRequest};
+use decider::{Answer, Decider, SystemOneRequest, SystemOneResponse};
 use qwen35::Qwen35Ops;
 use serde_json::json;
 
@@ -18,15 +19,19 @@ fn request() -> SystemOneRequest {
     SystemOneRequest::new(state, questions.as_object().unwrap().clone())
 }
 
-fn logits<B: Qwen35Ops>() -> Vec<Vec<f32>> {
+/// The label logits of the request's slots and the answers made from them: one forward pass.
+fn decide<B: Qwen35Ops>() -> (Vec<Vec<f32>>, SystemOneResponse) {
     let decider = Decider::<B>::demo(&Default::default());
     let plan = decider.prompter().plan(&request()).unwrap();
-    decider.slot_logits(&plan.rows)
+    let logits = decider.slot_logits(&plan.rows);
+    let probabilities = decider.slot_probabilities_from_logits(&plan.rows, &logits).unwrap();
+    let answers = decider.respond(&plan, &probabilities);
+    (logits, answers)
 }
 
 fn check<B: Qwen35Ops>(backend: &str) {
-    let reference = logits::<burn::backend::NdArray>();
-    let ours = logits::<B>();
+    let (reference, expected) = decide::<burn::backend::NdArray>();
+    let (ours, answers) = decide::<B>();
     assert_eq!(ours.len(), reference.len());
     let mut worst = 0.0f32;
     for (a, b) in ours.iter().flatten().zip(reference.iter().flatten()) {
@@ -35,9 +40,6 @@ fn check<B: Qwen35Ops>(backend: &str) {
     }
     println!("{backend}: {} slots x 255 label logits, worst error {worst:.1e} against ndarray", ours.len());
     assert!(worst <= 1e-4, "{backend}: label logits differ from ndarray by {worst}");
-    let decider = Decider::<B>::demo(&Default::default());
-    let answers = decider.answer(&request()).unwrap();
-    let expected = Decider::<burn::backend::NdArray>::demo(&Default::default()).answer(&request()).unwrap();
     // The probabilities an answer reports (P(yes) for a noul question).
     let probs = |a: &Answer| match a {
         Answer::Choice { probabilities, .. } | Answer::Score { probabilities, .. } => {
@@ -45,6 +47,7 @@ fn check<B: Qwen35Ops>(backend: &str) {
         }
         Answer::Noul { noul } => vec![*noul],
     };
+    assert_eq!(answers.answers.len(), expected.answers.len());
     for (id, answer) in &answers.answers {
         let expected = &expected.answers[id];
         assert_eq!(
@@ -74,5 +77,5 @@ decider_ops::for_each_backend!(decisions_equal_ndarray);
 #[test]
 fn ndarray_decisions_are_deterministic() {
     // The reference for the other backends: two independent builds of the demo model agree.
-    assert_eq!(logits::<burn::backend::NdArray>(), logits::<burn::backend::NdArray>());
+    assert_eq!(decide::<burn::backend::NdArray>().0, decide::<burn::backend::NdArray>().0);
 }

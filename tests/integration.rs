@@ -1,6 +1,6 @@
 //! The cross-crate suites, one module each, in one test binary: parity with the transformers
 //! reference, configs, the loader and its errors, weight formats, quantized folders, the cache,
-//! decisions against the reference server's, the fuzzers, and the source layout. Run one with
+//! GGUF files, decisions against the reference server's, the fuzzers, and the source layout. Run one with
 //! `cargo test -p integration-tests --test integration -- MODULE::`.
 
 mod cache;
@@ -8,6 +8,7 @@ mod config;
 mod decision_parity;
 mod fuzz_checkpoint;
 mod fuzz_prompts;
+mod gguf;
 mod layout;
 mod loader;
 mod loader_errors;

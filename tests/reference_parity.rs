@@ -1,7 +1,9 @@
 //! Logits and every layer's output equal transformers 5.23.0 on the random-weight reference
 //! models (real head dims, small widths), for both models and every run, on every backend compiled
 //! in (backend parity: each is held to the same reference); both checkpoint layouts on ndarray, the
-//! released one on the others (both with `DECIDER_LONG_TESTS=1`, `integration_tests::layouts_on`).
+//! released one on the others (both with `DECIDER_LONG_TESTS=1`, `integration_tests::layouts_on`);
+//! every run on the CPU backends, three on wgpu (all with `DECIDER_LONG_TESTS=1`,
+//! `integration_tests::runs_on`).
 //! Tolerance: `1e-4 * max(1, max |reference|)` per tensor. Each run is checked as one segment and
 //! one key block (the default sizes exceed every run), and on ndarray also split into segments of
 //! 64 tokens and key blocks of 48, so the segmented prefill and the online softmax meet the
@@ -9,7 +11,7 @@
 //! segmenting is the same generic code on every backend; the other backends run it with
 //! `DECIDER_LONG_TESTS=1` (on wgpu's software driver a model takes minutes a setting).
 
-use integration_tests::{MODELS, RUNS, Reference, assert_close, fixture_path, layouts_on, long_tests};
+use integration_tests::{MODELS, Reference, assert_close, fixture_path, layouts_on, long_tests, runs_on};
 use qwen35::{PrefillBlocks, Qwen35Ops};
 
 const TOLERANCE: f32 = 1e-4;
@@ -37,7 +39,7 @@ fn check_runs<B: Qwen35Ops>(
     blocks: PrefillBlocks,
 ) {
     let device = Default::default();
-    for run in RUNS {
+    for run in runs_on(backend) {
         let trace = model.trace(reference.input_ids(run, &device));
         let mut worst = 0.0f32;
         let mut check = |name: String, tensor| {

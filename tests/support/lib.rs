@@ -103,6 +103,19 @@ pub fn layouts_on(backend: &str) -> &'static [&'static str] {
 /// The runs of every reference: single sequences crossing 0, 1 and 2 chunk boundaries, a batch.
 pub const RUNS: [&str; 5] = ["len1", "len7", "len64", "len130", "batch2"];
 
+/// The runs a suite repeated on every backend checks on `backend`: all of them on the CPU
+/// backends; on wgpu, unless [`long_tests`], one token, the run across two chunk boundaries and
+/// the batch. The runs between take the same generic code on every backend (checked on the
+/// others), and wgpu in CI is a software driver on which each run's new shapes are compiled and
+/// tuned: about 20 s a run and model.
+pub fn runs_on(backend: &str) -> &'static [&'static str] {
+    const WGPU_RUNS: [&str; 3] = ["len1", "len130", "batch2"];
+    match backend != "wgpu" || long_tests() {
+        true => &RUNS,
+        false => &WGPU_RUNS,
+    }
+}
+
 /// `reference.safetensors` of one model: inputs and outputs of transformers' forward.
 pub struct Reference {
     bytes: Vec<u8>,

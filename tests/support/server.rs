@@ -66,6 +66,12 @@ impl Server {
         crate::process_memory_bytes(&self.child.id().to_string(), field)
     }
 
+    /// Resets the server's peak resident memory (`VmHWM`) to its resident memory now (Linux:
+    /// `/proc/<pid>/clear_refs`), so that a peak read next covers only what ran since.
+    pub fn reset_peak_resident(&self) {
+        std::fs::write(format!("/proc/{}/clear_refs", self.child.id()), "5").expect("write clear_refs");
+    }
+
     /// What the server wrote to stderr so far.
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()

@@ -186,18 +186,32 @@ impl<B: Qwen35Ops> Decider<B> {
         requests
             .iter()
             .zip(self.slot_logits_of(requests))
-            .map(|(rows, logits)| {
-                if let Some(slot) = logits.iter().position(|l| l.iter().any(|x| !x.is_finite())) {
-                    return Err(DeciderError::NonFinite(format!(
-                        "the model's label logits at answer slot {slot} (of {}) are NaN or infinite: its weights or backend are broken, so nothing was answered",
-                        logits.len()
-                    )));
-                }
-                let temperatures = self.prompter.slot_temperatures(rows);
-                let nopts = rows.iter().flat_map(|r| r.nopts.iter().copied());
-                Ok(logits.iter().zip(nopts).zip(temperatures).map(|((logits, n), t)| probabilities(logits, n, t).into_iter().map(f64::from).collect()).collect())
-            })
+            .map(|(rows, logits)| self.slot_probabilities_from_logits(rows, &logits))
             .collect()
+    }
+
+    /// The option probabilities of `rows`' slots from their label logits
+    /// ([`Decider::slot_logits`]), as f64 (from f32): each slot's softmax over its options at its
+    /// question's temperature; an error if any slot's logits are not finite.
+    pub fn slot_probabilities_from_logits(
+        &self,
+        rows: &[Row],
+        logits: &[Vec<f32>],
+    ) -> Result<Vec<Vec<f64>>, DeciderError> {
+        if let Some(slot) = logits.iter().position(|l| l.iter().any(|x| !x.is_finite())) {
+            return Err(DeciderError::NonFinite(format!(
+                "the model's label logits at answer slot {slot} (of {}) are NaN or infinite: its weights or backend are broken, so nothing was answered",
+                logits.len()
+            )));
+        }
+        let temperatures = self.prompter.slot_temperatures(rows);
+        let nopts = rows.iter().flat_map(|r| r.nopts.iter().copied());
+        Ok(logits
+            .iter()
+            .zip(nopts)
+            .zip(temperatures)
+            .map(|((logits, n), t)| probabilities(logits, n, t).into_iter().map(f64::from).collect())
+            .collect())
     }
 
     /// The 255 label logits at every slot of `rows`, in row order.

@@ -11,6 +11,7 @@ pub mod expert_count;
 pub mod gated_delta_rule;
 pub mod gating;
 pub mod generic;
+pub mod ggml_type;
 pub mod half_matmul;
 pub mod q4_matmul;
 pub mod q8_matmul;
@@ -26,6 +27,7 @@ pub use dense_matmul::{DenseMatmul, dense_matmul, grouped_matmul};
 pub use expert_count::{ExpertCount, expert_count};
 pub use gated_delta_rule::{GatedDeltaRule, gated_delta_rule};
 pub use gating::{Gating, sigmoid, silu};
+pub use ggml_type::GgmlType;
 pub(crate) use half_matmul::half_patterns_f32;
 pub use half_matmul::{
     Half, HalfMatmul, grouped_half_float_matmul, grouped_half_matmul, half_bits, half_bits_f32, half_float_matmul,

@@ -26,6 +26,8 @@ pub enum LoadError {
     Write { path: PathBuf, cause: std::io::Error },
     #[error("{path} is not a valid safetensors file (truncated or corrupt?): {reason}")]
     Corrupt { path: PathBuf, reason: String },
+    #[error("{path} is not a GGUF file this build reads: {reason}")]
+    Gguf { path: PathBuf, reason: String },
     #[error("invalid shard index {path}: {reason}")]
     Index { path: PathBuf, reason: String },
     #[error("no safetensors weights in {0} (expected model.safetensors or model.safetensors.index.json)")]

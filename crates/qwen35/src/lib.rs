@@ -15,6 +15,7 @@ pub mod decoder;
 pub mod delta_net;
 pub mod delta_rule;
 mod error;
+pub mod gguf;
 pub mod loader;
 mod memory;
 pub mod mlp;

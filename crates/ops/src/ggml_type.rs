@@ -1,0 +1,297 @@
+//! The tensor types of GGML (llama.cpp's tensor library) that a GGUF file stores, with their
+//! block layouts and their dequantization to f32, as `ggml-quants.c`'s `dequantize_row_*` computes
+//! it: the same products in the same order, so every value equals llama.cpp's bit for bit (checked
+//! against the `gguf` Python package's `gguf.quants`, llama.cpp's own reference port, by
+//! `tests/fixtures/gguf/generate.py` and its test).
+//!
+//! A block holds [`GgmlType::block_values`] consecutive values of a row in
+//! [`GgmlType::block_bytes`] bytes, little-endian; the layouts are in `docs/gguf.md`.
+
+use half::{bf16, f16};
+
+/// The k-quants' super-block: 256 values.
+const QK_K: usize = 256;
+
+/// A GGML tensor type this build reads, by its GGUF type id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GgmlType {
+    F32,
+    F16,
+    Bf16,
+    /// 32 values: an f16 scale `d` and 32 i8 values; `x = d · q`.
+    Q8_0,
+    /// 32 values: an f16 scale `d` and 16 bytes of 4-bit values; `x = d · (q - 8)`.
+    Q4_0,
+    /// 256 values in 16 sub-blocks of 16: 2-bit values, a 4-bit scale and min per sub-block, f16
+    /// `d` and `dmin`; `x = d · sc · q - dmin · m`.
+    Q2K,
+    /// 256 values in 16 sub-blocks of 16: 3-bit values (2 low bits and a high-bit mask), 6-bit
+    /// scales, an f16 `d`; `x = d · (sc - 32) · (q - 4)`.
+    Q3K,
+    /// 256 values in 8 sub-blocks of 32: 4-bit values, a 6-bit scale and min per sub-block, f16
+    /// `d` and `dmin`; `x = d · sc · q - dmin · m`.
+    Q4K,
+    /// As [`GgmlType::Q4K`] with a fifth bit per value.
+    Q5K,
+    /// 256 values in 16 sub-blocks of 16: 6-bit values, an i8 scale per sub-block, an f16 `d`;
+    /// `x = d · sc · (q - 32)`.
+    Q6K,
+}
+
+impl GgmlType {
+    /// Every type this build reads.
+    pub const ALL: [GgmlType; 10] = [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::Bf16,
+        GgmlType::Q8_0,
+        GgmlType::Q4_0,
+        GgmlType::Q2K,
+        GgmlType::Q3K,
+        GgmlType::Q4K,
+        GgmlType::Q5K,
+        GgmlType::Q6K,
+    ];
+
+    /// The type of GGUF type id `id` (`enum ggml_type` in `ggml.h`), if this build reads it.
+    pub fn from_id(id: u32) -> Option<GgmlType> {
+        GgmlType::ALL.into_iter().find(|t| t.id() == id)
+    }
+
+    /// The GGUF type id.
+    pub const fn id(self) -> u32 {
+        match self {
+            GgmlType::F32 => 0,
+            GgmlType::F16 => 1,
+            GgmlType::Q4_0 => 2,
+            GgmlType::Q8_0 => 8,
+            GgmlType::Q2K => 10,
+            GgmlType::Q3K => 11,
+            GgmlType::Q4K => 12,
+            GgmlType::Q5K => 13,
+            GgmlType::Q6K => 14,
+            GgmlType::Bf16 => 30,
+        }
+    }
+
+    /// llama.cpp's name of the type (`ggml_type_name`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            GgmlType::F32 => "f32",
+            GgmlType::F16 => "f16",
+            GgmlType::Bf16 => "bf16",
+            GgmlType::Q8_0 => "q8_0",
+            GgmlType::Q4_0 => "q4_0",
+            GgmlType::Q2K => "q2_K",
+            GgmlType::Q3K => "q3_K",
+            GgmlType::Q4K => "q4_K",
+            GgmlType::Q5K => "q5_K",
+            GgmlType::Q6K => "q6_K",
+        }
+    }
+
+    /// The values of one block (1 for the float types).
+    pub const fn block_values(self) -> usize {
+        match self {
+            GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16 => 1,
+            GgmlType::Q8_0 | GgmlType::Q4_0 => 32,
+            GgmlType::Q2K | GgmlType::Q3K | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => QK_K,
+        }
+    }
+
+    /// The bytes of one block.
+    pub const fn block_bytes(self) -> usize {
+        match self {
+            GgmlType::F32 => 4,
+            GgmlType::F16 | GgmlType::Bf16 => 2,
+            GgmlType::Q8_0 => 2 + 32,
+            GgmlType::Q4_0 => 2 + 16,
+            GgmlType::Q2K => 16 + 64 + 2 + 2,
+            GgmlType::Q3K => 32 + 64 + 12 + 2,
+            GgmlType::Q4K => 2 + 2 + 12 + 128,
+            GgmlType::Q5K => 2 + 2 + 12 + 32 + 128,
+            GgmlType::Q6K => 128 + 64 + 16 + 2,
+        }
+    }
+
+    /// The bytes of a row of `values` values, `None` unless it is a whole number of blocks.
+    pub fn row_bytes(self, values: usize) -> Option<usize> {
+        values.is_multiple_of(self.block_values()).then(|| values / self.block_values() * self.block_bytes())
+    }
+
+    /// Dequantizes whole blocks: `bytes` (a multiple of [`GgmlType::block_bytes`]) into `out`
+    /// (their [`GgmlType::block_values`] each).
+    ///
+    /// # Panics
+    /// If the lengths do not match.
+    pub fn dequantize(self, bytes: &[u8], out: &mut [f32]) {
+        let blocks = bytes.len() / self.block_bytes();
+        assert!(
+            bytes.len() == blocks * self.block_bytes() && out.len() == blocks * self.block_values(),
+            "{}: {} bytes and {} values are not the same whole blocks",
+            self.name(),
+            bytes.len(),
+            out.len()
+        );
+        let each = bytes.chunks_exact(self.block_bytes()).zip(out.chunks_exact_mut(self.block_values()));
+        match self {
+            GgmlType::F32 => each.for_each(|(b, y)| y[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            GgmlType::F16 => each.for_each(|(b, y)| y[0] = f16_at(b, 0)),
+            GgmlType::Bf16 => each.for_each(|(b, y)| y[0] = bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()),
+            GgmlType::Q8_0 => each.for_each(|(b, y)| q8_0(b, y)),
+            GgmlType::Q4_0 => each.for_each(|(b, y)| q4_0(b, y)),
+            GgmlType::Q2K => each.for_each(|(b, y)| q2_k(b, y)),
+            GgmlType::Q3K => each.for_each(|(b, y)| q3_k(b, y)),
+            GgmlType::Q4K => each.for_each(|(b, y)| q4_k(b, y)),
+            GgmlType::Q5K => each.for_each(|(b, y)| q5_k(b, y)),
+            GgmlType::Q6K => each.for_each(|(b, y)| q6_k(b, y)),
+        }
+    }
+}
+
+/// The f16 at byte `at` of a block, widened.
+fn f16_at(block: &[u8], at: usize) -> f32 {
+    f16::from_bits(u16::from_le_bytes([block[at], block[at + 1]])).to_f32()
+}
+
+/// `block_q8_0 { ggml_half d; int8_t qs[32]; }`.
+fn q8_0(block: &[u8], y: &mut [f32]) {
+    let d = f16_at(block, 0);
+    for (y, &q) in y.iter_mut().zip(&block[2..]) {
+        *y = (q as i8) as f32 * d;
+    }
+}
+
+/// `block_q4_0 { ggml_half d; uint8_t qs[16]; }`: byte `j` holds value `j` in its low nibble and
+/// value `j + 16` in its high one.
+fn q4_0(block: &[u8], y: &mut [f32]) {
+    let d = f16_at(block, 0);
+    let (low, high) = y.split_at_mut(16);
+    for (j, &q) in block[2..].iter().enumerate() {
+        low[j] = ((q & 0x0f) as i32 - 8) as f32 * d;
+        high[j] = ((q >> 4) as i32 - 8) as f32 * d;
+    }
+}
+
+/// `block_q2_K { uint8_t scales[16]; uint8_t qs[64]; ggml_half d; ggml_half dmin; }`: each scale
+/// byte holds a sub-block's scale (low nibble) and min (high nibble).
+fn q2_k(block: &[u8], y: &mut [f32]) {
+    let (scales, qs) = (&block[..16], &block[16..80]);
+    let (d, min) = (f16_at(block, 80), f16_at(block, 82));
+    let mut out = y.iter_mut();
+    let mut scale = scales.iter();
+    for q in qs.chunks_exact(32) {
+        for shift in [0, 2, 4, 6] {
+            for half in q.chunks_exact(16) {
+                let sc = scale.next().expect("16 scales");
+                let dl = d * (sc & 0x0f) as f32;
+                let ml = min * (sc >> 4) as f32;
+                for &q in half {
+                    *out.next().expect("256 values") = dl * ((q >> shift) & 3) as f32 - ml;
+                }
+            }
+        }
+    }
+}
+
+/// `block_q3_K { uint8_t hmask[32]; uint8_t qs[64]; uint8_t scales[12]; ggml_half d; }`: the
+/// sixteen 6-bit scales are packed in 12 bytes (the low 4 bits in bytes 0–7, the high 2 bits in
+/// bytes 8–11), and a value's third bit is set in `hmask` when the value is not lowered by 4.
+fn q3_k(block: &[u8], y: &mut [f32]) {
+    let (hmask, qs, packed) = (&block[..32], &block[32..96], &block[96..108]);
+    let d_all = f16_at(block, 108);
+    let scales: [i8; 16] = std::array::from_fn(|i| {
+        let low = match i {
+            0..8 => packed[i] & 0x0f,
+            _ => packed[i - 8] >> 4,
+        };
+        let high = (packed[8 + i % 4] >> (2 * (i / 4))) & 3;
+        (low | (high << 4)) as i8 - 32
+    });
+    let mut out = y.iter_mut();
+    let mut scale = scales.iter();
+    let mut m = 1u8;
+    for q in qs.chunks_exact(32) {
+        for shift in [0, 2, 4, 6] {
+            for (half, hm) in q.chunks_exact(16).zip(hmask.chunks_exact(16)) {
+                let dl = d_all * *scale.next().expect("16 scales") as f32;
+                for (&q, &h) in half.iter().zip(hm) {
+                    let value = ((q >> shift) & 3) as i8 - if h & m != 0 { 0 } else { 4 };
+                    *out.next().expect("256 values") = dl * value as f32;
+                }
+            }
+            m <<= 1;
+        }
+    }
+}
+
+/// The 6-bit scale and min of sub-block `j` of a Q4_K or Q5_K block's 12 scale bytes
+/// (`get_scale_min_k4`).
+fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    match j {
+        0..4 => (q[j] & 63, q[j + 4] & 63),
+        _ => ((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4)),
+    }
+}
+
+/// `block_q4_K { ggml_half d; ggml_half dmin; uint8_t scales[12]; uint8_t qs[128]; }`: each 32
+/// bytes of `qs` hold two sub-blocks, the first in the low nibbles.
+fn q4_k(block: &[u8], y: &mut [f32]) {
+    let (d, min) = (f16_at(block, 0), f16_at(block, 2));
+    let (scales, qs) = (&block[4..16], &block[16..144]);
+    for (pair, (q, y)) in qs.chunks_exact(32).zip(y.chunks_exact_mut(64)).enumerate() {
+        let (sc, m) = scale_min_k4(2 * pair, scales);
+        let (d1, m1) = (d * sc as f32, min * m as f32);
+        let (sc, m) = scale_min_k4(2 * pair + 1, scales);
+        let (d2, m2) = (d * sc as f32, min * m as f32);
+        let (low, high) = y.split_at_mut(32);
+        for (l, &q) in q.iter().enumerate() {
+            low[l] = d1 * (q & 0x0f) as f32 - m1;
+            high[l] = d2 * (q >> 4) as f32 - m2;
+        }
+    }
+}
+
+/// `block_q5_K { ggml_half d; ggml_half dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t
+/// qs[128]; }`: as Q4_K, with the fifth bit of value `l` of sub-block `s` at bit `s` of `qh[l]`.
+fn q5_k(block: &[u8], y: &mut [f32]) {
+    let (d, min) = (f16_at(block, 0), f16_at(block, 2));
+    let (scales, qh, qs) = (&block[4..16], &block[16..48], &block[48..176]);
+    for (pair, (q, y)) in qs.chunks_exact(32).zip(y.chunks_exact_mut(64)).enumerate() {
+        let (sc, m) = scale_min_k4(2 * pair, scales);
+        let (d1, m1) = (d * sc as f32, min * m as f32);
+        let (sc, m) = scale_min_k4(2 * pair + 1, scales);
+        let (d2, m2) = (d * sc as f32, min * m as f32);
+        let (u1, u2) = (1u8 << (2 * pair), 2u8 << (2 * pair));
+        let (low, high) = y.split_at_mut(32);
+        for (l, &q) in q.iter().enumerate() {
+            let h1 = if qh[l] & u1 != 0 { 16 } else { 0 };
+            let h2 = if qh[l] & u2 != 0 { 16 } else { 0 };
+            low[l] = d1 * ((q & 0x0f) + h1) as f32 - m1;
+            high[l] = d2 * ((q >> 4) + h2) as f32 - m2;
+        }
+    }
+}
+
+/// `block_q6_K { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; ggml_half d; }`: each half
+/// of 128 values takes 64 bytes of `ql` (low nibbles), 32 of `qh` (two high bits each) and 8
+/// scales.
+fn q6_k(block: &[u8], y: &mut [f32]) {
+    let (ql, qh, scales) = (&block[..128], &block[128..192], &block[192..208]);
+    let d = f16_at(block, 208);
+    for (n, y) in y.chunks_exact_mut(128).enumerate() {
+        let (ql, qh, sc) = (&ql[64 * n..], &qh[32 * n..], &scales[8 * n..]);
+        for l in 0..32 {
+            let is = l / 16;
+            let q1 = ((ql[l] & 0x0f) | (qh[l] & 3) << 4) as i8 - 32;
+            let q2 = ((ql[l + 32] & 0x0f) | ((qh[l] >> 2) & 3) << 4) as i8 - 32;
+            let q3 = ((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) as i8 - 32;
+            let q4 = ((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) as i8 - 32;
+            let scale = |k: usize| d * (sc[is + k] as i8) as f32;
+            y[l] = scale(0) * q1 as f32;
+            y[l + 32] = scale(2) * q2 as f32;
+            y[l + 64] = scale(4) * q3 as f32;
+            y[l + 96] = scale(6) * q4 as f32;
+        }
+    }
+}

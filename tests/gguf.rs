@@ -1,0 +1,229 @@
+//! The GGUF reader (`qwen35::gguf`) and the GGML block types (`decider_ops::GgmlType`) against the
+//! `gguf` Python package, llama.cpp's own reader and reference dequantization: the fixture
+//! `gguf/blocks.gguf` and what the package reads from it (`gguf/metadata.json`, both written by
+//! `tests/fixtures/gguf/generate.py`). And every malformed file refused with a reason, never a panic.
+
+use std::path::Path;
+
+use decider_ops::GgmlType;
+use integration_tests::fixture_path;
+use qwen35::LoadError;
+use qwen35::gguf::{GgufFile, Value};
+use serde_json::Value as Json;
+
+fn fixture() -> GgufFile {
+    GgufFile::open(fixture_path("gguf/blocks.gguf")).unwrap()
+}
+
+fn listed() -> Json {
+    serde_json::from_str(&std::fs::read_to_string(fixture_path("gguf/metadata.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn every_block_type_dequantizes_to_llama_cpps_values_bit_for_bit() {
+    let file = fixture();
+    let mut seen = Vec::new();
+    for (name, tensor) in file.tensors() {
+        if name.ends_with(".expected") {
+            continue;
+        }
+        let ours = file.f32(name).unwrap();
+        let expected = file.f32(&format!("{name}.expected")).unwrap();
+        assert_eq!(ours.len(), expected.len(), "{name}");
+        let differ = ours.iter().zip(&expected).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        assert_eq!(differ, 0, "{name}: {differ} of {} values differ from gguf.quants.dequantize", ours.len());
+        // Not a vacuous match: the blocks hold a spread of values.
+        let distinct: std::collections::BTreeSet<u32> = ours.iter().map(|v| v.to_bits()).collect();
+        assert!(distinct.len() > 100, "{name}: {} distinct values", distinct.len());
+        seen.push(tensor.ggml_type);
+    }
+    for ggml_type in GgmlType::ALL {
+        assert!(seen.contains(&ggml_type), "the fixture has no {} tensor", ggml_type.name());
+    }
+}
+
+#[test]
+fn metadata_and_tensor_table_read_as_the_gguf_package_reads_them() {
+    let file = fixture();
+    let listed = listed();
+    let metadata = listed["metadata"].as_object().unwrap();
+    let keys: Vec<&String> = file.metadata().keys().collect();
+    let mut expected_keys: Vec<&String> = metadata.keys().collect();
+    expected_keys.sort();
+    assert_eq!(keys, expected_keys);
+    for (key, expected) in metadata {
+        let value = &file.metadata()[key];
+        assert!(same(value, expected), "`{key}`: {value:?}, the package reads {expected}");
+    }
+    let tensors = listed["tensors"].as_object().unwrap();
+    assert_eq!(file.tensors().len(), tensors.len());
+    for (name, expected) in tensors {
+        let tensor = &file.tensors()[name];
+        assert!(tensor.ggml_type.name().eq_ignore_ascii_case(expected["type"].as_str().unwrap()), "{name}");
+        let dims: Vec<usize> =
+            expected["dims"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect();
+        assert_eq!(tensor.dims, dims, "{name}");
+    }
+}
+
+/// A metadata value equals what the package read (JSON numbers: integers exactly, an f32 as its
+/// widening to f64).
+fn same(value: &Value, json: &Json) -> bool {
+    match (value, json) {
+        (Value::String(s), Json::String(j)) => s == j,
+        (Value::Bool(b), Json::Bool(j)) => b == j,
+        (Value::F32(v), Json::Number(j)) => Some(f64::from(*v)) == j.as_f64(),
+        (Value::F64(v), Json::Number(j)) => Some(*v) == j.as_f64(),
+        (Value::I8(_) | Value::I16(_) | Value::I32(_) | Value::I64(_), Json::Number(j)) if j.is_i64() => {
+            let v = match *value {
+                Value::I8(v) => v.into(),
+                Value::I16(v) => v.into(),
+                Value::I32(v) => v.into(),
+                Value::I64(v) => v,
+                _ => unreachable!(),
+            };
+            Some(v) == j.as_i64()
+        }
+        (_, Json::Number(j)) => value.as_u64().is_some() && value.as_u64() == j.as_u64(),
+        (Value::Array(values), Json::Array(j)) => {
+            values.len() == j.len() && values.iter().zip(j).all(|(v, j)| same(v, j))
+        }
+        _ => false,
+    }
+}
+
+fn open_bytes(dir: &Path, bytes: &[u8]) -> Result<GgufFile, LoadError> {
+    let path = dir.join("model.gguf");
+    std::fs::write(&path, bytes).unwrap();
+    GgufFile::open(&path)
+}
+
+fn refusal(dir: &Path, bytes: &[u8]) -> String {
+    match open_bytes(dir, bytes) {
+        Ok(_) => panic!("a malformed file was read"),
+        Err(error @ LoadError::Gguf { .. }) => error.to_string(),
+        Err(other) => panic!("not a GGUF refusal: {other}"),
+    }
+}
+
+/// Where the tensor data starts: every byte before it is header, metadata or table. The data
+/// ends the file, each tensor padded to the alignment (32) as the package writes it.
+fn data_start(bytes: &[u8]) -> usize {
+    let file = fixture();
+    let data: usize = file.tensors().values().map(|t| file.bytes(t).len().next_multiple_of(32)).sum();
+    bytes.len() - data
+}
+
+#[test]
+fn every_truncation_is_refused_with_a_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(fixture_path("gguf/blocks.gguf")).unwrap();
+    let start = data_start(&bytes);
+    // Every cut in the header, metadata and table; cuts in the data every 97 bytes.
+    let cuts = (0..start).chain((start..bytes.len()).step_by(97));
+    for cut in cuts {
+        let message = refusal(dir.path(), &bytes[..cut]);
+        assert!(
+            message.contains("truncated") || message.contains("does not start with `GGUF`"),
+            "cut at {cut}: {message}"
+        );
+    }
+    assert!(open_bytes(dir.path(), &bytes).is_ok());
+}
+
+#[test]
+fn a_corrupted_header_byte_is_read_or_refused_never_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(fixture_path("gguf/blocks.gguf")).unwrap();
+    let mut refused = 0;
+    for at in 0..data_start(&bytes) {
+        for flip in [0x01u8, 0x80, 0xff] {
+            let mut corrupt = bytes.clone();
+            corrupt[at] ^= flip;
+            match open_bytes(dir.path(), &corrupt) {
+                // A flip inside a string or a value can leave a valid file: its tensors still read.
+                Ok(file) => {
+                    for name in file.tensors().keys() {
+                        file.f32(name).unwrap();
+                    }
+                }
+                Err(LoadError::Gguf { .. }) => refused += 1,
+                Err(other) => panic!("byte {at} ^ {flip:#x}: not a GGUF refusal: {other}"),
+            }
+        }
+    }
+    assert!(refused > 100, "only {refused} corruptions were refused");
+}
+
+/// A GGUF file built by hand: a header and the given metadata and table bytes.
+fn gguf(version: u32, tensors: u64, entries: u64, rest: &[u8]) -> Vec<u8> {
+    let mut bytes = b"GGUF".to_vec();
+    bytes.extend(version.to_le_bytes());
+    bytes.extend(tensors.to_le_bytes());
+    bytes.extend(entries.to_le_bytes());
+    bytes.extend(rest);
+    bytes
+}
+
+fn string(s: &str) -> Vec<u8> {
+    let mut bytes = (s.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(s.as_bytes());
+    bytes
+}
+
+/// A tensor table entry.
+fn tensor(name: &str, dims: &[u64], type_id: u32, offset: u64) -> Vec<u8> {
+    let mut bytes = string(name);
+    bytes.extend((dims.len() as u32).to_le_bytes());
+    dims.iter().for_each(|d| bytes.extend(d.to_le_bytes()));
+    bytes.extend(type_id.to_le_bytes());
+    bytes.extend(offset.to_le_bytes());
+    bytes
+}
+
+#[test]
+fn malformed_files_are_refused_with_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let refused = |bytes: Vec<u8>, expected: &str| {
+        let message = refusal(dir.path(), &bytes);
+        assert!(message.contains(expected), "expected `{expected}` in: {message}");
+    };
+    refused(gguf(1, 0, 0, &[]), "GGUF version 1");
+    refused(gguf(3u32.swap_bytes(), 0, 0, &[]), "big-endian");
+    refused(gguf(7, 0, 0, &[]), "unknown GGUF version 7");
+    refused(gguf(3, u64::MAX, 0, &[]), "the tensor count is 18446744073709551615, more than");
+    // A key whose length is far beyond the file: refused before anything is allocated for it.
+    refused(gguf(3, 0, 1, &[u64::MAX.to_le_bytes(), [0; 8], [0; 8]].concat()), "the length of a metadata key is");
+    let entry =
+        |value_type: u32, value: &[u8]| [string("k"), value_type.to_le_bytes().to_vec(), value.to_vec()].concat();
+    refused(gguf(3, 0, 1, &entry(13, &[])), "value type 13, which GGUF does not define");
+    refused(gguf(3, 0, 1, &entry(7, &[2])), "a bool of byte 2");
+    refused(gguf(3, 0, 1, &entry(9, &9u32.to_le_bytes())), "an array of arrays");
+    let array = [0u32.to_le_bytes().to_vec(), (1u64 << 40).to_le_bytes().to_vec()].concat();
+    refused(gguf(3, 0, 1, &entry(9, &array)), "the length of `k` is 1099511627776, more than");
+    refused(gguf(3, 0, 2, &[entry(0, &[1]), entry(0, &[2])].concat()), "`k` appears twice");
+    refused(
+        gguf(
+            3,
+            0,
+            1,
+            &[string("general.alignment"), 4u32.to_le_bytes().to_vec(), 24u32.to_le_bytes().to_vec()].concat(),
+        ),
+        "not a power of two",
+    );
+    refused(gguf(3, 1, 0, &tensor("w", &[32, 2], 99, 0)), "GGML type 99, which this build does not read");
+    refused(gguf(3, 1, 0, &tensor("w", &[33, 2], GgmlType::Q8_0.id(), 0)), "not whole blocks of 32");
+    refused(gguf(3, 1, 0, &tensor("w", &[1, 1, 1, 1, 1], 0, 0)), "5 dimensions, more than GGML's 4");
+    refused(gguf(3, 1, 0, &tensor("w", &[u64::MAX, 2], 0, 0)), "not whole blocks");
+    refused(gguf(3, 1, 0, &tensor("w", &[4], 0, 8)), "not a multiple of the alignment 32");
+    refused(gguf(3, 1, 0, &tensor("w", &[4], 0, 0)), "runs past the end of the file");
+    let two = [tensor("w", &[4], 0, 0), tensor("w", &[4], 0, 32)].concat();
+    let mut file = gguf(3, 2, 0, &two);
+    file.resize(file.len().next_multiple_of(32) + 64, 0);
+    refused(file, "tensor `w` appears twice");
+    // A device is refused before it is read (the file checks of `qwen35::model_file`).
+    match GgufFile::open("/dev/zero") {
+        Err(error) => assert!(error.to_string().contains("not a regular file"), "{error}"),
+        Ok(_) => panic!("/dev/zero was read"),
+    }
+}
