@@ -8,7 +8,7 @@ use std::path::Path;
 use decider_ops::GgmlType;
 use integration_tests::fixture_path;
 use qwen35::LoadError;
-use qwen35::gguf::{GgufFile, Value};
+use qwen35::gguf::{Array, GgufFile, MAX_ARRAY, MAX_ENTRIES, Value};
 use serde_json::Value as Json;
 
 fn fixture() -> GgufFile {
@@ -53,7 +53,7 @@ fn metadata_and_tensor_table_read_as_the_gguf_package_reads_them() {
     assert_eq!(keys, expected_keys);
     for (key, expected) in metadata {
         let value = &file.metadata()[key];
-        assert!(same(value, expected), "`{key}`: {value:?}, the package reads {expected}");
+        assert_eq!(&json(value), expected, "`{key}`: {value:?}");
     }
     let tensors = listed["tensors"].as_object().unwrap();
     assert_eq!(file.tensors().len(), tensors.len());
@@ -66,29 +66,38 @@ fn metadata_and_tensor_table_read_as_the_gguf_package_reads_them() {
     }
 }
 
-/// A metadata value equals what the package read (JSON numbers: integers exactly, an f32 as its
-/// widening to f64).
-fn same(value: &Value, json: &Json) -> bool {
-    match (value, json) {
-        (Value::String(s), Json::String(j)) => s == j,
-        (Value::Bool(b), Json::Bool(j)) => b == j,
-        (Value::F32(v), Json::Number(j)) => Some(f64::from(*v)) == j.as_f64(),
-        (Value::F64(v), Json::Number(j)) => Some(*v) == j.as_f64(),
-        (Value::I8(_) | Value::I16(_) | Value::I32(_) | Value::I64(_), Json::Number(j)) if j.is_i64() => {
-            let v = match *value {
-                Value::I8(v) => v.into(),
-                Value::I16(v) => v.into(),
-                Value::I32(v) => v.into(),
-                Value::I64(v) => v,
-                _ => unreachable!(),
-            };
-            Some(v) == j.as_i64()
-        }
-        (_, Json::Number(j)) => value.as_u64().is_some() && value.as_u64() == j.as_u64(),
-        (Value::Array(values), Json::Array(j)) => {
-            values.len() == j.len() && values.iter().zip(j).all(|(v, j)| same(v, j))
-        }
-        _ => false,
+/// A metadata value as JSON, as the package's reader gives it (an f32 widened to f64).
+fn json(value: &Value) -> Json {
+    fn all<T: Copy>(values: &[T], to: impl Fn(T) -> Json) -> Json {
+        Json::Array(values.iter().map(|&v| to(v)).collect())
+    }
+    match value {
+        Value::U8(v) => Json::from(*v),
+        Value::I8(v) => Json::from(*v),
+        Value::U16(v) => Json::from(*v),
+        Value::I16(v) => Json::from(*v),
+        Value::U32(v) => Json::from(*v),
+        Value::I32(v) => Json::from(*v),
+        Value::U64(v) => Json::from(*v),
+        Value::I64(v) => Json::from(*v),
+        Value::F32(v) => Json::from(f64::from(*v)),
+        Value::F64(v) => Json::from(*v),
+        Value::Bool(v) => Json::from(*v),
+        Value::String(v) => Json::from(v.as_str()),
+        Value::Array(array) => match array {
+            Array::U8(v) => all(v, Json::from),
+            Array::I8(v) => all(v, Json::from),
+            Array::U16(v) => all(v, Json::from),
+            Array::I16(v) => all(v, Json::from),
+            Array::U32(v) => all(v, Json::from),
+            Array::I32(v) => all(v, Json::from),
+            Array::U64(v) => all(v, Json::from),
+            Array::I64(v) => all(v, Json::from),
+            Array::F32(v) => all(v, |x| Json::from(f64::from(x))),
+            Array::F64(v) => all(v, Json::from),
+            Array::Bool(v) => all(v, Json::from),
+            Array::String(v) => Json::Array(v.iter().map(|s| Json::from(s.as_str())).collect()),
+        },
     }
 }
 
@@ -110,7 +119,7 @@ fn refusal(dir: &Path, bytes: &[u8]) -> String {
 /// ends the file, each tensor padded to the alignment (32) as the package writes it.
 fn data_start(bytes: &[u8]) -> usize {
     let file = fixture();
-    let data: usize = file.tensors().values().map(|t| file.bytes(t).len().next_multiple_of(32)).sum();
+    let data: usize = file.tensors().keys().map(|name| file.tensor(name).unwrap().1.len().next_multiple_of(32)).sum();
     bytes.len() - data
 }
 
@@ -193,7 +202,10 @@ fn malformed_files_are_refused_with_what_is_wrong() {
     refused(gguf(7, 0, 0, &[]), "unknown GGUF version 7");
     refused(gguf(3, u64::MAX, 0, &[]), "the tensor count is 18446744073709551615, more than");
     // A key whose length is far beyond the file: refused before anything is allocated for it.
-    refused(gguf(3, 0, 1, &[u64::MAX.to_le_bytes(), [0; 8], [0; 8]].concat()), "the length of a metadata key is");
+    refused(
+        gguf(3, 0, 1, &[u64::MAX.to_le_bytes(), [0; 8], [0; 8]].concat()),
+        "metadata key 0 is 18446744073709551615, more than",
+    );
     let entry =
         |value_type: u32, value: &[u8]| [string("k"), value_type.to_le_bytes().to_vec(), value.to_vec()].concat();
     refused(gguf(3, 0, 1, &entry(13, &[])), "value type 13, which GGUF does not define");
@@ -214,13 +226,50 @@ fn malformed_files_are_refused_with_what_is_wrong() {
     refused(gguf(3, 1, 0, &tensor("w", &[32, 2], 99, 0)), "GGML type 99, which this build does not read");
     refused(gguf(3, 1, 0, &tensor("w", &[33, 2], GgmlType::Q8_0.id(), 0)), "not whole blocks of 32");
     refused(gguf(3, 1, 0, &tensor("w", &[1, 1, 1, 1, 1], 0, 0)), "5 dimensions, more than GGML's 4");
-    refused(gguf(3, 1, 0, &tensor("w", &[u64::MAX, 2], 0, 0)), "not whole blocks");
-    refused(gguf(3, 1, 0, &tensor("w", &[4], 0, 8)), "not a multiple of the alignment 32");
+    refused(gguf(3, 1, 0, &tensor("w", &[u64::MAX, 2], 0, 0)), "more values than fit in 64 bits");
+    // A zero dimension does not hide the others' overflow.
+    refused(gguf(3, 1, 0, &tensor("w", &[0, 1 << 32, 1 << 32], 0, 0)), "more values than fit in 64 bits");
+    // Values that fit, bytes that do not.
+    refused(gguf(3, 1, 0, &tensor("w", &[(1 << 62) + 1], 0, 0)), "more bytes than fit in memory");
+    refused(gguf(3, 1, 0, &tensor("w", &[1 << 60], 0, 0)), "runs past the end of the file");
+    refused(gguf(3, 1, 0, &tensor("w", &[4], 0, 8)), "starts at 8 in the data, not at 0");
     refused(gguf(3, 1, 0, &tensor("w", &[4], 0, 0)), "runs past the end of the file");
+    let with_data = |mut file: Vec<u8>| {
+        file.resize(file.len().next_multiple_of(32) + 64, 0);
+        file
+    };
     let two = [tensor("w", &[4], 0, 0), tensor("w", &[4], 0, 32)].concat();
-    let mut file = gguf(3, 2, 0, &two);
-    file.resize(file.len().next_multiple_of(32) + 64, 0);
-    refused(file, "tensor `w` appears twice");
+    refused(with_data(gguf(3, 2, 0, &two)), "tensor `w` appears twice");
+    // Tensors overlap: llama.cpp stores them one after another, in table order.
+    let overlapping = [tensor("a", &[4], 0, 0), tensor("b", &[4], 0, 0)].concat();
+    refused(with_data(gguf(3, 2, 0, &overlapping)), "tensor `b` starts at 0 in the data, not at 32");
+    refused(gguf(0, 0, 0, &[]), "unknown GGUF version 0");
+    let alignment = |value_type: u32, value: &[u8]| {
+        [string("general.alignment"), value_type.to_le_bytes().to_vec(), value.to_vec()].concat()
+    };
+    refused(gguf(3, 0, 1, &alignment(4, &0u32.to_le_bytes())), "`general.alignment` is 0, not a power of two");
+    refused(gguf(3, 0, 1, &alignment(8, &string("32"))), "`general.alignment` is a string, not a u32");
+    refused(gguf(3, 0, 1, &[vec![1, 0, 0, 0, 0, 0, 0, 0, 0xff], vec![0; 8]].concat()), "metadata key 0 is not UTF-8");
+    refused(
+        gguf(3, 1, 0, &tensor(&"n".repeat(64), &[4], 0, 0)),
+        "the name of tensor 0 is 64 bytes long, more than the 63",
+    );
+    let empty = [13u32.to_le_bytes().to_vec(), 0u64.to_le_bytes().to_vec()].concat();
+    refused(gguf(3, 0, 1, &entry(9, &empty)), "`k` is an array of value type 13");
+    // The bounds on arrays and entries, reached by files large enough to hold what they claim.
+    let long =
+        [0u32.to_le_bytes().to_vec(), (MAX_ARRAY as u64 + 1).to_le_bytes().to_vec(), vec![0; MAX_ARRAY + 1]].concat();
+    refused(gguf(3, 0, 1, &entry(9, &long)), &format!("more than the {MAX_ARRAY} an array may have"));
+    refused(
+        gguf(3, 0, MAX_ENTRIES as u64 + 1, &vec![0; 14 * (MAX_ENTRIES + 1)]),
+        &format!("more than the {MAX_ENTRIES} a file may have"),
+    );
+    // Version 2 and an alignment of 64 are read: the tensor's data starts at the next multiple of 64.
+    let mut file = gguf(2, 1, 1, &[alignment(4, &64u32.to_le_bytes()), tensor("w", &[4], 0, 0)].concat());
+    file.resize(file.len().next_multiple_of(64), 0);
+    [1.5f32, -2.0, 0.25, 8.0].iter().for_each(|v| file.extend(v.to_le_bytes()));
+    let read = open_bytes(dir.path(), &file).unwrap();
+    assert_eq!(read.f32("w").unwrap(), [1.5, -2.0, 0.25, 8.0]);
     // A device is refused before it is read (the file checks of `qwen35::model_file`).
     match GgufFile::open("/dev/zero") {
         Err(error) => assert!(error.to_string().contains("not a regular file"), "{error}"),

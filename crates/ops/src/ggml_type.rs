@@ -7,7 +7,7 @@
 //! A block holds [`GgmlType::block_values`] consecutive values of a row in
 //! [`GgmlType::block_bytes`] bytes, little-endian; the layouts are in `docs/gguf.md`.
 
-use half::{bf16, f16};
+use half::f16;
 
 /// The k-quants' super-block: 256 values.
 const QK_K: usize = 256;
@@ -114,9 +114,13 @@ impl GgmlType {
         }
     }
 
-    /// The bytes of a row of `values` values, `None` unless it is a whole number of blocks.
-    pub fn row_bytes(self, values: usize) -> Option<usize> {
-        values.is_multiple_of(self.block_values()).then(|| values / self.block_values() * self.block_bytes())
+    /// The bytes of `values` values, `None` unless they are a whole number of blocks whose bytes
+    /// fit in a `usize`.
+    pub fn bytes_of(self, values: usize) -> Option<usize> {
+        match values.is_multiple_of(self.block_values()) {
+            true => (values / self.block_values()).checked_mul(self.block_bytes()),
+            false => None,
+        }
     }
 
     /// Dequantizes whole blocks: `bytes` (a multiple of [`GgmlType::block_bytes`]) into `out`
@@ -137,7 +141,11 @@ impl GgmlType {
         match self {
             GgmlType::F32 => each.for_each(|(b, y)| y[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
             GgmlType::F16 => each.for_each(|(b, y)| y[0] = f16_at(b, 0)),
-            GgmlType::Bf16 => each.for_each(|(b, y)| y[0] = bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()),
+            // The top half of an f32's bits, exactly (a NaN's payload too, as ggml's
+            // `GGML_BF16_TO_FP32`).
+            GgmlType::Bf16 => {
+                each.for_each(|(b, y)| y[0] = f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16))
+            }
             GgmlType::Q8_0 => each.for_each(|(b, y)| q8_0(b, y)),
             GgmlType::Q4_0 => each.for_each(|(b, y)| q4_0(b, y)),
             GgmlType::Q2K => each.for_each(|(b, y)| q2_k(b, y)),
