@@ -68,8 +68,8 @@ impl Server {
 
     /// Resets the server's peak resident memory (`VmHWM`) to its resident memory now (Linux:
     /// `/proc/<pid>/clear_refs`), so that a peak read next covers only what ran since.
-    pub fn reset_peak_resident(&self) {
-        std::fs::write(format!("/proc/{}/clear_refs", self.child.id()), "5").expect("write clear_refs");
+    pub fn reset_peak_resident(&self) -> std::io::Result<()> {
+        std::fs::write(format!("/proc/{}/clear_refs", self.child.id()), "5")
     }
 
     /// What the server wrote to stderr so far.

@@ -59,7 +59,7 @@ fn main() {
     if std::env::var("DECIDER_BENCH_LONG_STATE").is_ok_and(|v| v == "1") {
         let long = json!({"state": "word ".repeat(40_000), "questions": {"long": {"type": "noul", "instructions": "Is the state long?"}}}).to_string();
         // Linux: the peak restarts from the resident memory now, so it is this request's.
-        let _ = std::fs::write(format!("/proc/{}/clear_refs", server.child.id()), "5");
+        let _ = server.reset_peak_resident();
         let start = Instant::now();
         let (status, answer) = server.post("/v1/systemone", &long);
         assert_eq!(status, 200, "{answer}");

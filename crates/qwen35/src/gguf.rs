@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use decider_ops::GgmlType;
 use memmap2::Mmap;
@@ -81,37 +81,6 @@ pub enum Array {
 }
 
 impl Value {
-    /// An integer value of any width, as u64 (`None` for a negative one or another type).
-    pub fn as_u64(&self) -> Option<u64> {
-        match *self {
-            Value::U8(v) => Some(v.into()),
-            Value::U16(v) => Some(v.into()),
-            Value::U32(v) => Some(v.into()),
-            Value::U64(v) => Some(v),
-            Value::I8(v) => u64::try_from(v).ok(),
-            Value::I16(v) => u64::try_from(v).ok(),
-            Value::I32(v) => u64::try_from(v).ok(),
-            Value::I64(v) => u64::try_from(v).ok(),
-            _ => None,
-        }
-    }
-
-    /// A float value, as f64.
-    pub fn as_f64(&self) -> Option<f64> {
-        match *self {
-            Value::F32(v) => Some(v.into()),
-            Value::F64(v) => Some(v),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(&self) -> Option<&str> {
-        match self {
-            Value::String(s) => Some(s),
-            _ => None,
-        }
-    }
-
     /// GGUF's name of the value's type.
     pub fn type_name(&self) -> &'static str {
         match self {
@@ -159,38 +128,33 @@ impl GgufTensor {
 
 /// An open GGUF file.
 pub struct GgufFile {
-    path: PathBuf,
     map: Mmap,
-    metadata: BTreeMap<String, Value>,
-    tensors: BTreeMap<String, GgufTensor>,
+    metadata: Metadata,
+    tensors: Tensors,
 }
 
 impl GgufFile {
     /// Opens and checks `path`: its header, metadata and tensor table (the tensors are read when
     /// asked for).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, LoadError> {
-        let path = path.as_ref().to_path_buf();
-        let io = |cause| LoadError::Io { path: path.clone(), cause };
-        let file = File::open(&path).map_err(io)?;
+        let path = path.as_ref();
+        let io = |cause| LoadError::Io { path: path.to_path_buf(), cause };
+        let file = File::open(path).map_err(io)?;
         check_regular(&file).map_err(io)?;
         // SAFETY: the map is read-only; as with every mmap-based loader, the file must not be
         // truncated or rewritten by another process while it is open.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
-        let (metadata, tensors) = parse(&map).map_err(|reason| LoadError::Gguf { path: path.clone(), reason })?;
-        Ok(GgufFile { path, map, metadata, tensors })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
+        let (metadata, tensors) = parse(&map).map_err(|reason| LoadError::Gguf { path: path.to_path_buf(), reason })?;
+        Ok(GgufFile { map, metadata, tensors })
     }
 
     /// The metadata, by key.
-    pub fn metadata(&self) -> &BTreeMap<String, Value> {
+    pub fn metadata(&self) -> &Metadata {
         &self.metadata
     }
 
     /// The tensors, by name.
-    pub fn tensors(&self) -> &BTreeMap<String, GgufTensor> {
+    pub fn tensors(&self) -> &Tensors {
         &self.tensors
     }
 
@@ -215,9 +179,13 @@ impl GgufFile {
     }
 }
 
+/// A file's metadata, by key.
+pub type Metadata = BTreeMap<String, Value>;
+/// A file's tensors, by name.
+pub type Tensors = BTreeMap<String, GgufTensor>;
+
 /// The metadata and tensor table of a file's bytes; a reason it cannot be read.
-#[allow(clippy::type_complexity)]
-fn parse(file: &[u8]) -> Result<(BTreeMap<String, Value>, BTreeMap<String, GgufTensor>), String> {
+fn parse(file: &[u8]) -> Result<(Metadata, Tensors), String> {
     if file.get(..4) != Some(MAGIC) {
         return Err("it does not start with `GGUF`".into());
     }
@@ -402,24 +370,31 @@ impl<'a> Reader<'a> {
     /// The type and value of key `key`.
     fn value(&mut self, key: &str) -> Result<Value, String> {
         let value_type = self.u32().map_err(|f| self.fault(f, format_args!("the type of `{key}`")))?;
-        if value_type == ARRAY {
-            return self.array_value(key).map(Value::Array);
-        }
         let fault = |r: &Self, f| r.fault(f, format_args!("the value of `{key}`"));
+        match value_type {
+            ARRAY => return self.array_value(key).map(Value::Array),
+            STRING => return self.string(usize::MAX).map(Value::String).map_err(|f| fault(self, f)),
+            _ => {}
+        }
+        let size = element_size(value_type)
+            .ok_or_else(|| format!("`{key}` has value type {value_type}, which GGUF does not define"))?;
+        let b = self.take(size).map_err(|f| fault(self, f))?;
+        fn le<const N: usize>(b: &[u8]) -> [u8; N] {
+            b.try_into().expect("the type's size")
+        }
         Ok(match value_type {
-            0 => Value::U8(u8::from_le_bytes(self.array().map_err(|f| fault(self, f))?)),
-            1 => Value::I8(i8::from_le_bytes(self.array().map_err(|f| fault(self, f))?)),
-            2 => Value::U16(u16::from_le_bytes(self.array().map_err(|f| fault(self, f))?)),
-            3 => Value::I16(i16::from_le_bytes(self.array().map_err(|f| fault(self, f))?)),
-            4 => Value::U32(u32::from_le_bytes(self.array().map_err(|f| fault(self, f))?)),
-            5 => Value::I32(i32::from_le_bytes(self.array().map_err(|f| fault(self, f))?)),
-            6 => Value::F32(f32::from_le_bytes(self.array().map_err(|f| fault(self, f))?)),
-            7 => Value::Bool(bool_of(self.array::<1>().map_err(|f| fault(self, f))?[0], key)?),
-            8 => Value::String(self.string(usize::MAX).map_err(|f| fault(self, f))?),
-            10 => Value::U64(u64::from_le_bytes(self.array().map_err(|f| fault(self, f))?)),
-            11 => Value::I64(i64::from_le_bytes(self.array().map_err(|f| fault(self, f))?)),
-            12 => Value::F64(f64::from_le_bytes(self.array().map_err(|f| fault(self, f))?)),
-            other => return Err(format!("`{key}` has value type {other}, which GGUF does not define")),
+            0 => Value::U8(b[0]),
+            1 => Value::I8(b[0] as i8),
+            2 => Value::U16(u16::from_le_bytes(le(b))),
+            3 => Value::I16(i16::from_le_bytes(le(b))),
+            4 => Value::U32(u32::from_le_bytes(le(b))),
+            5 => Value::I32(i32::from_le_bytes(le(b))),
+            6 => Value::F32(f32::from_le_bytes(le(b))),
+            7 => Value::Bool(bool_of(b[0], key)?),
+            10 => Value::U64(u64::from_le_bytes(le(b))),
+            11 => Value::I64(i64::from_le_bytes(le(b))),
+            12 => Value::F64(f64::from_le_bytes(le(b))),
+            _ => unreachable!("the types element_size knows"),
         })
     }
 
@@ -427,18 +402,15 @@ impl<'a> Reader<'a> {
     fn array_value(&mut self, key: &str) -> Result<Array, String> {
         let element_type = self.u32().map_err(|f| self.fault(f, format_args!("the element type of `{key}`")))?;
         let least = match element_type {
-            0 | 1 | 7 => 1,
-            2 | 3 => 2,
-            4..=6 => 4,
-            8 | 10..=12 => 8,
             ARRAY => return Err(format!("`{key}` is an array of arrays, which llama.cpp does not read either")),
-            other => return Err(format!("`{key}` is an array of value type {other}, which GGUF does not define")),
+            t => element_size(t)
+                .ok_or_else(|| format!("`{key}` is an array of value type {t}, which GGUF does not define"))?,
         };
         let count = self.count(least).map_err(|f| self.fault(f, format_args!("the length of `{key}`")))?;
         if count > MAX_ARRAY {
             return Err(format!("`{key}` has {count} elements, more than the {MAX_ARRAY} an array may have"));
         }
-        if element_type == 8 {
+        if element_type == STRING {
             // Grown as strings are read, not reserved from the count.
             let mut strings = Vec::new();
             for i in 0..count {
@@ -468,8 +440,21 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// GGUF's value type of an array.
+/// GGUF's value types of a string and of an array.
+const STRING: u32 = 8;
 const ARRAY: u32 = 9;
+
+/// The bytes of a value of GGUF type `value_type`; for a string, its length's (the least it takes).
+/// `None` for an array or a type GGUF does not define.
+fn element_size(value_type: u32) -> Option<usize> {
+    match value_type {
+        0 | 1 | 7 => Some(1),
+        2 | 3 => Some(2),
+        4..=6 => Some(4),
+        STRING | 10..=12 => Some(8),
+        _ => None,
+    }
+}
 
 /// A bool's byte, 0 or 1.
 fn bool_of(byte: u8, key: &str) -> Result<bool, String> {

@@ -79,7 +79,7 @@ fn long_question_texts_are_refused_before_they_are_tokenized() {
     // answered (what an earlier request left for its threads to free is not counted again).
     let growth = |path: &str, body: &Value| {
         let body = body.to_string();
-        server.reset_peak_resident();
+        server.reset_peak_resident().expect("the peak reset (/proc/<pid>/clear_refs)");
         let before = resident_bytes(&server);
         let (status, response) = server.post(path, &body);
         (peak_resident_bytes(&server).saturating_sub(before), status, response)
