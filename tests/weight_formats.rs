@@ -22,7 +22,7 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{DType, Int, Tensor, TensorData};
 use decider_ops::{
     ActivationBits, BlockInts, Half, Q4_BLOCK, Q8_BLOCK, dequantize_q4, dequantize_q8, grouped_matmul,
-    holds_half_floats, quantize_q4, quantize_q8, reference, round_activations,
+    holds_half_floats, quantize_q4, quantize_q8, reference, round_activations, round_to_bf16,
 };
 use integration_tests::{MODELS, fixture_copy, fixture_path, layouts_on, relative_check, rewrite_tensors};
 use qwen35::checkpoint::Checkpoint;
@@ -393,9 +393,12 @@ fn f16_copy(folder: &str) -> tempfile::TempDir {
 }
 
 /// A load in f16 or bf16 holds every projection, expert and token table in that format and is
-/// the f32 load of the same weights: whole-model logits agree, since nothing else is rounded
-/// (the activations stay f32). The fixtures' weights are bf16 values, so their bf16 load is
-/// their f32 load; for f16 the checkpoint is first rounded to f16.
+/// the f32 load of the same weights. The fixtures' weights are bf16 values, so their bf16 load
+/// is their f32 load; for f16 the checkpoint is first rounded to f16. Where the backend's
+/// products read the activations as they are, whole-model logits agree, since nothing else is
+/// rounded. Where they read them rounded to bf16 (the CPU backends' bf16 products:
+/// `HalfMatmul::rounds_activations`), each projection and expert product equals the f32 one on
+/// the rounded input.
 fn check_half_model<B: Qwen35Ops>(model_name: &str, layout: &str, format: WeightFormat) {
     let device = Default::default();
     let folder = format!("{model_name}/{layout}");
@@ -438,15 +441,64 @@ fn check_half_model<B: Qwen35Ops>(model_name: &str, layout: &str, format: Weight
         "{folder} {format}: (float parameters in {:?}, int parameters)",
         kind.dtype()
     );
-    let [vocab, _] = float.embed_tokens.dims();
-    let ids: Vec<i64> = (0..2 * 37).map(|i| (i * 89 + 5) as i64 % vocab as i64).collect();
-    let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [2, 37]), &device);
-    relative_check(
-        &format!("{folder} {format} logits"),
-        &values(half.forward(ids.clone())),
-        &values(float.forward(ids)),
-        TOLERANCE,
-    );
+    let rounds = B::rounds_activations(kind);
+    let as_read = |x: &[f32], d_in: usize| {
+        let x = if rounds { round_to_bf16(x) } else { x.to_vec() };
+        Tensor::<B, 2>::from_data(TensorData::new(x, [9, d_in]), &device)
+    };
+    for (seed, ((name, expected), (_, actual))) in projections(&float).into_iter().zip(projections(&half)).enumerate() {
+        let [d_in, _] = expected.dims();
+        let x = random_input(9, d_in, seed as u64);
+        let input = Tensor::<B, 2>::from_data(TensorData::new(x.clone(), [9, d_in]), &device);
+        relative_check(
+            &format!("{folder} {format} {name}"),
+            &values(actual.forward(input)),
+            &values(expected.forward(as_read(&x, d_in))),
+            TOLERANCE,
+        );
+    }
+    for (float_layer, half_layer) in float.layers.iter().zip(&half.layers) {
+        let (FeedForward::Sparse(expected), FeedForward::Sparse(actual)) = (&float_layer.mlp, &half_layer.mlp) else {
+            continue;
+        };
+        let pairs = [
+            ("gate_up_proj", &expected.experts.gate_up_proj, &actual.experts.gate_up_proj),
+            ("down_proj", &expected.experts.down_proj, &actual.experts.down_proj),
+        ];
+        for (name, expected, actual) in pairs {
+            let [experts, _, d_in] = actual.dims;
+            // 9 rows spread over the experts, some with none.
+            let counts: Vec<i64> = (0..experts)
+                .map(|e| [2, 0, 1][e % 3])
+                .scan(9, |left, c| {
+                    let c = c.min(*left);
+                    *left -= c;
+                    Some(c)
+                })
+                .collect();
+            assert_eq!(counts.iter().sum::<i64>(), 9, "{folder}: too few experts for 9 rows");
+            let counts = Tensor::<B, 1, Int>::from_data(TensorData::new(counts, [experts]), &device);
+            let x = random_input(9, d_in, 101);
+            let input = Tensor::<B, 2>::from_data(TensorData::new(x.clone(), [9, d_in]), &device);
+            relative_check(
+                &format!("{folder} {format} experts' {name}"),
+                &values(actual.grouped_matmul(input, counts.clone())),
+                &values(expected.grouped_matmul(as_read(&x, d_in), counts)),
+                TOLERANCE,
+            );
+        }
+    }
+    if !rounds {
+        let [vocab, _] = float.embed_tokens.dims();
+        let ids: Vec<i64> = (0..2 * 37).map(|i| (i * 89 + 5) as i64 % vocab as i64).collect();
+        let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [2, 37]), &device);
+        relative_check(
+            &format!("{folder} {format} logits"),
+            &values(half.forward(ids.clone())),
+            &values(float.forward(ids)),
+            TOLERANCE,
+        );
+    }
 }
 
 /// `auto` loads a checkpoint whose matrices are all bf16 (or all f16) in that format where the

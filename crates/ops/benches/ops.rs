@@ -234,7 +234,40 @@ fn bench_cpu_forms(c: &mut Criterion) {
     }
 }
 
+/// The CPU forms of the bf16 matmul on host slices, at the 2B model's MLP widths: the widened
+/// sgemm (what a CPU without a bf16 dot runs) against each bf16 dot this CPU runs.
+#[cfg(all(feature = "cpu-kernels", target_arch = "x86_64"))]
+fn bench_bf16_forms(c: &mut Criterion) {
+    use decider_ops::cpu::bf16_dot::{Bf16Isa, bf16_matmul};
+    use decider_ops::half_matmul::cpu::widened_half_matmul;
+    use decider_ops::{Half, round_to_bf16};
+    let mut seed = 7u32;
+    let mut next = move || {
+        seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        (seed >> 8) as f32 / (1 << 24) as f32 - 0.5
+    };
+    for (d_in, d_out) in [(2048, 6144), (6144, 2048)] {
+        let mut group = c.benchmark_group(format!("cpu/bf16_matmul_{d_in}_to_{d_out}"));
+        group.sample_size(10);
+        let bits: Vec<u16> = (0..d_out * d_in).map(|_| Half::Bf16.from_f32(next()).unwrap()).collect();
+        for tokens in [16, 128, 512] {
+            let x: Vec<f32> = (0..tokens * d_in).map(|_| next()).collect();
+            group.bench_function(BenchmarkId::new("widened", tokens), |b| {
+                b.iter(|| widened_half_matmul(&round_to_bf16(&x), tokens, &bits, Half::Bf16, d_out, d_in))
+            });
+            for isa in Bf16Isa::ALL.into_iter().filter(|isa| isa.available()) {
+                group.bench_function(BenchmarkId::new(format!("{isa:?}"), tokens), |b| {
+                    b.iter(|| bf16_matmul(isa, &x, tokens, &bits, d_out, d_in))
+                });
+            }
+        }
+        group.finish();
+    }
+}
+
 fn benches(c: &mut Criterion) {
+    #[cfg(all(feature = "cpu-kernels", target_arch = "x86_64"))]
+    bench_bf16_forms(c);
     #[cfg(all(feature = "cpu-kernels", target_arch = "x86_64"))]
     bench_cpu_forms(c);
     macro_rules! bench {

@@ -31,7 +31,7 @@ pub use ggml_type::GgmlType;
 pub(crate) use half_matmul::half_patterns_f32;
 pub use half_matmul::{
     Half, HalfMatmul, grouped_half_float_matmul, grouped_half_matmul, half_bits, half_bits_f32, half_float_matmul,
-    half_floats, half_matmul, holds_half_floats,
+    half_floats, half_matmul, holds_half_floats, round_to_bf16,
 };
 pub use q4_matmul::{
     Q4_ACTIVATION_BITS, Q4_BLOCK, Q4Matmul, dequantize_q4, grouped_q4_matmul, q4_bytes_f32, q4_matmul, q4_rows,

@@ -1,5 +1,6 @@
 //! What the CPU backends' plain-Rust kernels share: the instruction set a kernel runs
-//! ([`Isa`], [`integer_dot`]'s `DotIsa`), the integer dot of the block formats, f32 panels of a
+//! ([`Isa`], [`integer_dot`]'s `DotIsa`, [`bf16_dot`]'s `Bf16Isa`), the integer dot of the block
+//! formats, the bf16 dot, f32 panels of a
 //! weight through sgemm, and the per-expert split of the grouped products. Each op's host kernel
 //! is in its folder (`q8_matmul/cpu.rs`, ...).
 
@@ -7,6 +8,8 @@ use rayon::prelude::*;
 
 pub use isa::Isa;
 
+#[cfg(target_arch = "x86_64")]
+pub mod bf16_dot;
 #[cfg(target_arch = "x86_64")]
 pub mod integer_dot;
 mod isa;

@@ -3,19 +3,44 @@
 
 use burn::backend::Candle;
 use burn::backend::candle::{CandleDevice, FloatCandleElement, IntCandleElement};
-use burn::tensor::ops::FloatTensor;
-use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::ops::{FloatTensor, IntTensor};
+use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
 use half::{bf16, f16};
 
 use crate::Half;
 
-/// On the CPU device, weights held as 16-bit float tensors go through [`super::cpu::half_matmul`] on
-/// their host values (a copy of 2 bytes a weight, where candle's own cast to f32 converts one
-/// value at a time; the grouped default runs it per expert with rows, so only their weights are
-/// copied); elsewhere, and for patterns, the generic forms.
+/// On the CPU device, weights go through [`super::cpu::half_matmul`] on their host values (a copy
+/// of 2 bytes a weight as a float tensor, where candle's own cast to f32 converts one value at a
+/// time, 4 as patterns; the grouped defaults run it per expert with rows, so only their weights
+/// are copied); elsewhere the generic forms.
 impl<F: FloatCandleElement, I: IntCandleElement> crate::HalfMatmul for Candle<F, I> {
     fn half_bits_dtype() -> DType {
         DType::U32
+    }
+
+    /// On the CPU device with f32 activations, the one this project builds candle for.
+    fn rounds_activations(half: Half) -> bool {
+        half == Half::Bf16 && F::dtype() == DType::F32
+    }
+
+    fn half_matmul(x: FloatTensor<Self>, bits: IntTensor<Self>, half: Half) -> FloatTensor<Self> {
+        let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
+        let bits = Tensor::<Self, 2, Int>::from_primitive(bits);
+        let (CandleDevice::Cpu, DType::F32) = (x.device(), x.dtype()) else {
+            return super::generic::half_matmul(x, bits, half).into_primitive().tensor();
+        };
+        let ([n, d_in], [d_out, _]) = (x.dims(), bits.dims());
+        let x = x.into_data().into_vec::<f32>().expect("f32 activations");
+        let bits: Vec<u16> = bits
+            .into_data()
+            .convert::<u32>()
+            .into_vec::<u32>()
+            .expect("u32 patterns")
+            .into_iter()
+            .map(|b| b as u16)
+            .collect();
+        let out = super::cpu::half_matmul(&x, n, &bits, half, d_out, d_in);
+        Tensor::<Self, 2>::from_data(TensorData::new(out, [n, d_out]), &CandleDevice::Cpu).into_primitive().tensor()
     }
 
     fn half_float_matmul(x: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {

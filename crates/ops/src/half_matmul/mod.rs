@@ -9,8 +9,12 @@
 //!   tensors.
 //!
 //! Either product reads the weight back as the exact f32 values it stands for and computes
-//! `x · Wᵀ` in f32: the activations are not rounded, so the result is the f32 path's on the
-//! rounded weight (for a bf16 checkpoint loaded as `bf16`, the f32 path's exactly).
+//! `x · Wᵀ` in f32. The generic forms do not round the activations, so their result is the f32
+//! path's on the rounded weight (for a bf16 checkpoint loaded as `bf16`, the f32 path's
+//! exactly). The CPU backends' bf16 products read the activations rounded to bf16
+//! ([`round_to_bf16`], [`HalfMatmul::rounds_activations`]): that is what lets a CPU with a bf16
+//! dot multiply at twice f32's rate, and they round on every CPU, so that a decision on bf16
+//! weights is the same on every host.
 
 use burn::tensor::backend::{Backend, DTypeUsage};
 use burn::tensor::ops::{FloatTensor, IntTensor};
@@ -103,6 +107,14 @@ pub trait HalfMatmul: Backend {
         <Self::IntElem as Element>::dtype()
     }
 
+    /// Whether this backend's products with `half` weights read the activations rounded to bf16
+    /// ([`round_to_bf16`]): the CPU backends' do for bf16 weights (`cpu::half_matmul`); the
+    /// default, the generic forms', do not.
+    fn rounds_activations(half: Half) -> bool {
+        let _ = half;
+        false
+    }
+
     /// `x`: `[n, in]`; `bits`: `[out, in]` patterns of `half` in the int dtype of
     /// [`HalfMatmul::half_bits_dtype`], all finite. Returns `[n, out]`. The default reads the
     /// weight as f32 ([`half_bits_f32`]) and runs the backend's matmul.
@@ -141,6 +153,21 @@ pub trait HalfMatmul: Backend {
     ) -> FloatTensor<Self> {
         generic::grouped_half_float_matmul::<Self>(x, weight, counts)
     }
+}
+
+/// `x` rounded to the nearest bf16, ties to even (a NaN stays a NaN, made quiet), as its bit
+/// pattern: `half::bf16::from_f32`'s rule, in a form the compiler vectorises.
+#[inline(always)]
+pub fn bf16_of(x: f32) -> u16 {
+    let bits = x.to_bits();
+    let rounded = bits.wrapping_add(0x7fff + ((bits >> 16) & 1)) >> 16;
+    if x.is_nan() { (bits >> 16) as u16 | 0x40 } else { rounded as u16 }
+}
+
+/// The values of `x` rounded to bf16 ([`bf16_of`]), as f32: the activations a bf16 product
+/// reads on the CPU backends ([`HalfMatmul::rounds_activations`]).
+pub fn round_to_bf16(x: &[f32]) -> Vec<f32> {
+    x.iter().map(|&v| f32::from_bits(u32::from(bf16_of(v)) << 16)).collect()
 }
 
 /// Whether `device` holds weights of `half` as a float tensor of that dtype (it can store it and

@@ -17,6 +17,10 @@ where
         DType::U16
     }
 
+    fn rounds_activations(half: Half) -> bool {
+        half == Half::Bf16 && E::dtype() == DType::F32
+    }
+
     fn half_matmul(x: FloatTensor<Self>, bits: IntTensor<Self>, half: Half) -> FloatTensor<Self> {
         let ([n, d_in], [d_out, _]) = (x.shape().dims::<2>(), bits.shape().dims::<2>());
         let out = match (&x, &bits) {

@@ -4,7 +4,7 @@
 use crate::test_support::*;
 use crate::{
     Half, generic, grouped_half_float_matmul, grouped_half_matmul, half_bits, half_bits_f32, half_float_matmul,
-    half_floats, half_matmul, holds_half_floats,
+    half_floats, half_matmul, holds_half_floats, round_to_bf16,
 };
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 use half::{bf16, f16};
@@ -97,6 +97,7 @@ fn half_matmul_matches_plain_loops<B: Ops>(device: &B::Device) {
         for (n, d_out, d_in) in HALF_SHAPES {
             let (x, bits) = half_case(&mut rng, n, d_out, d_in, half);
             let (expected, magnitude) = naive_half_matmul(&x, n, &bits, half, d_out, d_in);
+            let rounded = naive_half_matmul(&round_to_bf16(&x), n, &bits, half, d_out, d_in);
             let x_t = Tensor::<B, 2>::from_data(TensorData::new(x, [n, d_in]), device);
             let bits_t = half_bits::<B, 2>(bits.clone(), [d_out, d_in], device);
             let kernel = half_matmul(x_t.clone(), bits_t.clone(), half);
@@ -111,7 +112,11 @@ fn half_matmul_matches_plain_loops<B: Ops>(device: &B::Device) {
             for (name, out) in forms {
                 assert_eq!(out.dims(), [n, d_out], "{half:?} {name}, {n}x{d_out}x{d_in}");
                 let out: Vec<f32> = out.into_data().convert::<f32>().to_vec().unwrap();
-                check_outputs(&format!("{half:?} {name}, {n}x{d_out}x{d_in}"), &out, &expected, &magnitude);
+                let (expected, magnitude) = match name.ends_with("kernel") && B::rounds_activations(half) {
+                    true => (&rounded.0, &rounded.1),
+                    false => (&expected, &magnitude),
+                };
+                check_outputs(&format!("{half:?} {name}, {n}x{d_out}x{d_in}"), &out, expected, magnitude);
             }
         }
     }
@@ -123,11 +128,14 @@ fn grouped_half_matmul_matches_plain_loops<B: Ops>(device: &B::Device) {
         for (name, counts, d_in, d_out) in GROUPED_CASES {
             let (rows, experts) = (counts.iter().sum::<usize>(), counts.len());
             let cases: Vec<_> = counts.iter().map(|&c| half_case(&mut rng, c, d_out, d_in, half)).collect();
-            let (mut expected, mut magnitude) = (Vec::new(), Vec::new());
+            // Of the activations as they are, and rounded to bf16.
+            let [mut plain, mut rounded] = [(); 2].map(|_| (Vec::new(), Vec::new()));
             for ((x, bits), &c) in cases.iter().zip(counts) {
-                let (out, size) = naive_half_matmul(x, c, bits, half, d_out, d_in);
-                expected.extend(out);
-                magnitude.extend(size);
+                for ((expected, magnitude), x) in [(&mut plain, x.clone()), (&mut rounded, round_to_bf16(x))] {
+                    let (out, size) = naive_half_matmul(&x, c, bits, half, d_out, d_in);
+                    expected.extend(out);
+                    magnitude.extend(size);
+                }
             }
             let x: Vec<f32> = cases.iter().flat_map(|(x, _)| x.clone()).collect();
             let bits: Vec<u16> = cases.iter().flat_map(|(_, bits)| bits.clone()).collect();
@@ -155,11 +163,16 @@ fn grouped_half_matmul_matches_plain_loops<B: Ops>(device: &B::Device) {
             }
             for (form, out) in forms {
                 assert_eq!(out.dims(), [rows, d_out], "{half:?} {form}, {name}");
+                // The generic grouped forms run the backend's product per expert, so they round too.
+                let (expected, magnitude) = match B::rounds_activations(half) {
+                    true => &rounded,
+                    false => &plain,
+                };
                 check_outputs(
                     &format!("{half:?} {form}, {name}"),
                     &out.into_data().convert::<f32>().to_vec::<f32>().unwrap(),
-                    &expected,
-                    &magnitude,
+                    expected,
+                    magnitude,
                 );
             }
         }
@@ -189,6 +202,78 @@ fn half_rounding_and_range() {
     }
     assert!(!Half::F16.is_finite(0x7c00) && !Half::F16.is_finite(0xfe00) && Half::Bf16.is_finite(0x7c00));
     assert!(!Half::Bf16.is_finite(0x7f80) && !Half::Bf16.is_finite(0xffc1));
+}
+
+/// Rounding to bf16 is `half`'s rule (nearest, ties to even; NaN stays NaN) on every f32 high
+/// half with low halves below, at, just above and past the tie, and at the ends.
+#[test]
+fn rounding_to_bf16_is_halfs_rule() {
+    for high in 0..=u16::MAX as u32 {
+        for low in [0u32, 1, 0x7fff, 0x8000, 0x8001, 0xc000, 0xffff] {
+            let x = f32::from_bits(high << 16 | low);
+            let want = bf16::from_f32(x).to_bits();
+            let got = crate::half_matmul::bf16_of(x);
+            assert!(
+                got == want || (x.is_nan() && bf16::from_bits(got).is_nan()),
+                "{x:e} ({:#010x}): {got:#06x}, not {want:#06x}",
+                x.to_bits()
+            );
+            let widened = round_to_bf16(&[x])[0];
+            assert!(widened.to_bits() == u32::from(got) << 16, "{x:e}: widened {widened:e}");
+        }
+    }
+}
+
+/// The shapes of [`HALF_SHAPES`] and ones at the bf16 dot's edges: rows and tokens on both sides
+/// of its 4 × 6 tile, inputs below, at and past one 32-value step, decider-2b's widths.
+#[cfg(feature = "cpu-kernels")]
+const BF16_SHAPES: [(usize, usize, usize); 10] = [
+    (6, 4, 32),
+    (5, 3, 31),
+    (7, 5, 33),
+    (13, 9, 65),
+    (12, 8, 64),
+    (1, 257, 2048),
+    (19, 130, 1000),
+    (2, 2, 1),
+    (64, 60, 512),
+    (40, 48, 6144),
+];
+
+/// Every CPU form of the bf16 product on the activations rounded to bf16, whichever this CPU
+/// would choose: each bf16 dot this CPU runs (saying which it cannot) and the widened sgemm; and
+/// `half_matmul` itself rounds on every CPU.
+#[cfg(feature = "cpu-kernels")]
+#[test]
+fn every_cpu_bf16_form_matches_plain_loops_on_rounded_activations() {
+    use crate::half_matmul::cpu::{half_matmul, widened_half_matmul};
+    #[cfg(target_arch = "x86_64")]
+    let dots = {
+        use crate::cpu::bf16_dot::Bf16Isa;
+        let (run, skip): (Vec<Bf16Isa>, Vec<Bf16Isa>) = Bf16Isa::ALL.into_iter().partition(|isa| isa.available());
+        for isa in skip {
+            println!("this CPU does not run {isa:?}: that bf16 dot is not checked here");
+        }
+        run
+    };
+    let mut rng = Rng(61);
+    for (n, d_out, d_in) in HALF_SHAPES.into_iter().chain(BF16_SHAPES) {
+        let (x, bits) = half_case(&mut rng, n, d_out, d_in, Half::Bf16);
+        let rounded = round_to_bf16(&x);
+        let (expected, magnitude) = naive_half_matmul(&rounded, n, &bits, Half::Bf16, d_out, d_in);
+        let name = format!("{n}x{d_out}x{d_in}");
+        let mut forms = vec![
+            ("half_matmul", half_matmul(&x, n, &bits, Half::Bf16, d_out, d_in)),
+            ("widened", widened_half_matmul(&rounded, n, &bits, Half::Bf16, d_out, d_in)),
+        ];
+        #[cfg(target_arch = "x86_64")]
+        for &isa in &dots {
+            forms.push(("bf16 dot", crate::cpu::bf16_dot::bf16_matmul(isa, &x, n, &bits, d_out, d_in)));
+        }
+        for (form, out) in forms {
+            check_outputs(&format!("{form}, {name}"), &out, &expected, &magnitude);
+        }
+    }
 }
 
 crate::test_support::backend_tests!(
