@@ -1,5 +1,6 @@
 //! `decider`: run Qwen3.5 decider models on any burn backend compiled into this build.
 
+mod backends;
 mod decide;
 mod forward;
 mod info;
@@ -22,6 +23,23 @@ struct Cli {
     /// RUST_LOG-style directives. Without it, RUST_LOG is read.
     #[arg(long, global = true, env = "DECIDER_LOG_LEVEL")]
     log_level: Option<String>,
+    /// The widest instructions the CPU backends' kernels may use: avx512 (everything this CPU
+    /// has, the default), avx2 or baseline; a narrower one runs the fallbacks, to compare them.
+    #[arg(long, global = true, env = "DECIDER_CPU_KERNELS", value_parser = instructions_parser())]
+    cpu_kernels: Option<decider_ops::Instructions>,
+}
+
+/// `--cpu-kernels`' parser: the names of [`decider_ops::Instructions::ALL`].
+fn instructions_parser() -> impl clap::builder::TypedValueParser<Value = decider_ops::Instructions> {
+    use clap::builder::TypedValueParser;
+    let names = decider_ops::Instructions::ALL.map(|(name, _)| name);
+    clap::builder::PossibleValuesParser::new(names).map(|name| {
+        decider_ops::Instructions::ALL
+            .into_iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, family)| family)
+            .expect("a listed name")
+    })
 }
 
 #[derive(Subcommand)]
@@ -38,8 +56,8 @@ enum Command {
     Forward(forward::ForwardArgs),
     /// Write a model folder whose weights are stored in a block format (q8, q4), loaded with no quantizing.
     Quantize(quantize::QuantizeArgs),
-    /// List the backends compiled into this build.
-    Backends,
+    /// List the backends compiled into this build (and, with --kernels, each format's CPU kernel).
+    Backends(backends::BackendsArgs),
     /// Print a completion script for SHELL (bash, zsh, fish, elvish, powershell).
     Completions { shell: clap_complete::Shell },
 }
@@ -53,6 +71,9 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     decider_cli::logging::init(cli.log_level.as_deref())?;
     decider_cli::threads::init(cli.threads)?;
+    if let Some(ceiling) = cli.cpu_kernels {
+        decider_ops::limit_instructions(ceiling).map_err(anyhow::Error::msg)?;
+    }
     match cli.command {
         Command::Decide(args) => backend::dispatch(args.backend, &args),
         Command::Prompt(args) => prompt::run(&args),
@@ -60,10 +81,8 @@ fn main() -> anyhow::Result<()> {
         Command::Info(args) => backend::dispatch(args.backend, &args),
         Command::Forward(args) => backend::dispatch(args.backend, &args),
         Command::Quantize(args) => backend::dispatch(BackendName::default_name(), &args),
-        Command::Backends => {
-            for name in BackendName::compiled_in() {
-                println!("{name}");
-            }
+        Command::Backends(args) => {
+            backends::run(&args);
             Ok(())
         }
         Command::Completions { shell } => {

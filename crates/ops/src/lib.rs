@@ -13,6 +13,7 @@ pub mod gating;
 pub mod generic;
 pub mod ggml_type;
 pub mod half_matmul;
+pub mod instructions;
 pub mod q4_matmul;
 pub mod q8_matmul;
 pub mod reference;
@@ -33,6 +34,7 @@ pub use half_matmul::{
     Half, HalfMatmul, grouped_half_float_matmul, grouped_half_matmul, half_bits, half_bits_f32, half_float_matmul,
     half_floats, half_matmul, holds_half_floats, round_to_bf16,
 };
+pub use instructions::{Instructions, instruction_ceiling, limit_instructions};
 pub use q4_matmul::{
     Q4_ACTIVATION_BITS, Q4_BLOCK, Q4Matmul, dequantize_q4, grouped_q4_matmul, q4_bytes_f32, q4_matmul, q4_rows,
     q4_values, quantize_q4, quantize_q4_block,

@@ -258,3 +258,112 @@ fn quantize_writes_a_folder_that_loads_like_quantizing_at_load() {
         assert!(stderr.contains(message), "{to}: {stderr}");
     }
 }
+
+/// `--cpu-kernels` forces the fallbacks on a CPU that has more: under each ceiling, `backends
+/// --kernels` names the product the formats then run (as this CPU's features allow), and the
+/// logits stay near those of the widest kernels, on the dense and the MoE fixture. Each kernel
+/// equals the widest one up to summation order (their own tests; the AVX2 integer dot gives
+/// VNNI's bits), but where a sum differs in its last bit (the delta rule's AVX2 kernel, the
+/// dequantized sgemm), an activation can land on the other side of an 8-bit rounding step in the
+/// next block product, and the random fixtures amplify that layer by layer: the bound is half
+/// the format's own distance from the f32 logits (measured: q8 under avx2 a quarter of it on the
+/// dense fixture, every other case under 1e-3 of it), where a wrong fallback lands as far off as
+/// the format's error or further.
+#[test]
+fn every_cpu_kernel_ceiling_runs_its_fallbacks_with_the_same_logits() {
+    let has = |features: &[&str]| features.iter().all(|f| cpu_has(f));
+    let dir = tempfile::tempdir().unwrap();
+    for fixture in ["dense/save_pretrained", "moe/hf_layout"] {
+        let run = |ceiling: &str, weights: &str| -> Vec<f32> {
+            let out = dir.path().join(format!("{}-{ceiling}-{weights}.npy", fixture.replace('/', "-")));
+            let output = decider()
+                .args(["--cpu-kernels", ceiling, "forward", "--model"])
+                .arg(fixture_path(fixture))
+                .args(["--ids", "1,2,3,4,5,6,7", "--weights", weights, "--out"])
+                .arg(&out)
+                .output()
+                .unwrap();
+            assert!(
+                output.status.success(),
+                "{fixture} {ceiling} {weights}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            npyz::NpyFile::new(&std::fs::read(&out).unwrap()[..]).unwrap().into_vec().unwrap()
+        };
+        let worst = |a: &[f32], b: &[f32]| a.iter().zip(b).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+        let f32_logits = run("avx512", "f32");
+        for weights in ["bf16", "q8", "q4"] {
+            let widest = run("avx512", weights);
+            let rounding = worst(&widest, &f32_logits);
+            assert!(rounding > 0.0, "{fixture} {weights}: the format's logits equal f32's");
+            for ceiling in ["avx2", "baseline"] {
+                let forced = run(ceiling, weights);
+                let off = worst(&forced, &widest);
+                eprintln!(
+                    "{fixture} {weights} --cpu-kernels {ceiling}: {off} off the widest kernels, the format {rounding} off f32"
+                );
+                assert!(
+                    off <= 0.5 * rounding,
+                    "{fixture} {weights}: --cpu-kernels {ceiling} is {off} off the widest kernels, the format {rounding} off f32"
+                );
+            }
+        }
+    }
+    let kernels = |ceiling: &str| -> String {
+        let output = decider().args(["--cpu-kernels", ceiling, "backends", "--kernels"]).output().unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let line = |listing: &str, format: &str| -> String {
+        let prefix = format!("  {format} ");
+        listing
+            .lines()
+            .find(|l| l.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("no {format} line: {listing}"))
+            .to_owned()
+    };
+    let baseline = kernels("baseline");
+    assert!(baseline.contains("--cpu-kernels baseline"), "{baseline}");
+    assert!(line(&baseline, "bf16").contains("widened to f32"), "{baseline}");
+    assert!(line(&baseline, "q8").contains("dequantized to f32"), "{baseline}");
+    assert!(line(&baseline, "q4").contains("dequantized to f32"), "{baseline}");
+    let avx2 = kernels("avx2");
+    assert!(line(&avx2, "bf16").contains("widened to f32"), "{avx2}");
+    let avx2_dot = has(&["avx2", "fma"]);
+    assert_eq!(line(&avx2, "q8").contains("AVX2 integer dot"), avx2_dot, "{avx2}");
+    let widest = kernels("avx512");
+    let vnni = has(&["avx512f", "avx512bw", "avx512vnni"]);
+    assert_eq!(line(&widest, "q4").contains("AVX-512 VNNI"), vnni, "{widest}");
+    let bf16_dot = has(&["avx512f", "avx512bw", "avx512vl", "avx512bf16"]);
+    assert_eq!(line(&widest, "bf16").contains("vdpbf16ps"), bf16_dot, "{widest}");
+    // A family that does not exist is refused with the ones that do.
+    let bad = decider().args(["--cpu-kernels", "avx3", "backends"]).output().unwrap();
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("baseline, avx2, avx512"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}
+
+/// Whether this CPU has `feature`, as the standard library detects it (false off x86-64).
+fn cpu_has(feature: &str) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        match feature {
+            "avx2" => std::arch::is_x86_feature_detected!("avx2"),
+            "fma" => std::arch::is_x86_feature_detected!("fma"),
+            "avx512f" => std::arch::is_x86_feature_detected!("avx512f"),
+            "avx512bw" => std::arch::is_x86_feature_detected!("avx512bw"),
+            "avx512vl" => std::arch::is_x86_feature_detected!("avx512vl"),
+            "avx512vnni" => std::arch::is_x86_feature_detected!("avx512vnni"),
+            "avx512bf16" => std::arch::is_x86_feature_detected!("avx512bf16"),
+            other => panic!("cpu_has: {other} is not listed"),
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = feature;
+        false
+    }
+}

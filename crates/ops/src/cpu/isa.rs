@@ -1,5 +1,8 @@
 //! The instruction sets the CPU kernels are compiled for, chosen at run time: one build runs on
-//! any x86-64 CPU and uses the widest registers the one it runs on has.
+//! any x86-64 CPU and uses the widest registers the one it runs on has, up to the process's
+//! ceiling ([`crate::instructions`]).
+
+use crate::instructions::{Instructions, instruction_ceiling};
 
 /// A kernel variant, by the instructions it is compiled for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,9 +19,10 @@ impl Isa {
     /// Every variant, widest first.
     pub const ALL: [Isa; 3] = [Isa::Avx512, Isa::Avx2, Isa::Portable];
 
-    /// The widest this CPU runs.
+    /// The widest this CPU runs under the process's [`Instructions`] ceiling.
     pub fn best() -> Isa {
-        Self::ALL.into_iter().find(|isa| isa.available()).expect("the baseline always runs")
+        let ceiling = instruction_ceiling();
+        Self::ALL.into_iter().find(|isa| isa.family() <= ceiling && isa.available()).expect("the baseline always runs")
     }
 
     /// Whether this CPU runs it (checked once by the standard library, then cached).
@@ -31,6 +35,15 @@ impl Isa {
             Isa::Portable => true,
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
+        }
+    }
+
+    /// The family it belongs to.
+    pub fn family(self) -> Instructions {
+        match self {
+            Isa::Avx512 => Instructions::Avx512,
+            Isa::Avx2 => Instructions::Avx2,
+            Isa::Portable => Instructions::Baseline,
         }
     }
 }

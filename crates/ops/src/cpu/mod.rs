@@ -21,6 +21,15 @@ pub(crate) fn dot_isa() -> Option<integer_dot::DotIsa> {
     integer_dot::DotIsa::best()
 }
 
+/// What the block formats' (q8, q4) products run on this CPU, in words.
+pub fn block_kernel() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(isa) = dot_isa() {
+        return isa.about();
+    }
+    "panels dequantized to f32, then sgemm"
+}
+
 /// `x [n, d_in] · Wᵀ -> [n, d_out]` for a block-quantized `W [d_out, d_in]`, of which
 /// `dequantize(first, weights)` writes rows `first..` into `weights` (whole rows, in f32).
 ///

@@ -6,6 +6,16 @@ use rayon::prelude::*;
 use super::few_rows;
 use crate::cpu::{group_starts, sgemm};
 
+/// What the f32 products run on this CPU, in words.
+pub fn dense_kernel() -> String {
+    let panels = match crate::cpu::Isa::best() {
+        crate::cpu::Isa::Avx512 => "AVX-512",
+        crate::cpu::Isa::Avx2 => "AVX2",
+        crate::cpu::Isa::Portable => "portable",
+    };
+    format!("sgemm (matrixmultiply); an expert's few rows: {panels} panels")
+}
+
 /// `x [n, d_in] · W [d_in, d_out] -> [n, d_out]`, row-major slices, with `matrixmultiply`'s
 /// sgemm (its `threading` feature spreads a large product over the cores).
 pub fn dense_matmul(x: &[f32], n: usize, weight: &[f32], d_in: usize, d_out: usize) -> Vec<f32> {

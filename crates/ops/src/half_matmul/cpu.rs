@@ -19,11 +19,27 @@ pub fn half_matmul(x: &[f32], n: usize, bits: &[u16], half: Half, d_out: usize, 
         Half::F16 => widened_half_matmul(x, n, bits, half, d_out, d_in),
         Half::Bf16 => {
             #[cfg(target_arch = "x86_64")]
-            if let Some(isa) = Bf16Isa::best() {
+            if let Some(isa) = Bf16Isa::best(n) {
                 return bf16_matmul(isa, x, n, bits, d_out, d_in);
             }
             widened_half_matmul(&round_to_bf16(x), n, bits, half, d_out, d_in)
         }
+    }
+}
+
+/// What [`half_matmul`] runs for weights in `half` on this CPU, in words.
+pub fn half_kernel(half: Half) -> String {
+    let kernel = match half {
+        Half::F16 => None,
+        #[cfg(target_arch = "x86_64")]
+        Half::Bf16 => Bf16Isa::about_best(),
+        #[cfg(not(target_arch = "x86_64"))]
+        Half::Bf16 => None,
+    };
+    let product = kernel.unwrap_or_else(|| "panels widened to f32, then sgemm".to_string());
+    match half {
+        Half::F16 => product,
+        Half::Bf16 => format!("{product}; activations rounded to bf16"),
     }
 }
 

@@ -225,9 +225,10 @@ fn rounding_to_bf16_is_halfs_rule() {
 }
 
 /// The shapes of [`HALF_SHAPES`] and ones at the bf16 dot's edges: rows and tokens on both sides
-/// of its 4 × 6 tile, inputs below, at and past one 32-value step, decider-2b's widths.
+/// of its 4 × 6 tile, inputs below, at and past one 32-value step, decider-2b's widths, blocks of
+/// the FMA kernel's inputs (2,085: three of 704, the last with a tail).
 #[cfg(feature = "cpu-kernels")]
-const BF16_SHAPES: [(usize, usize, usize); 10] = [
+const BF16_SHAPES: [(usize, usize, usize); 11] = [
     (6, 4, 32),
     (5, 3, 31),
     (7, 5, 33),
@@ -238,6 +239,7 @@ const BF16_SHAPES: [(usize, usize, usize); 10] = [
     (2, 2, 1),
     (64, 60, 512),
     (40, 48, 6144),
+    (7, 9, 2085),
 ];
 
 /// Every CPU form of the bf16 product on the activations rounded to bf16, whichever this CPU
@@ -268,7 +270,7 @@ fn every_cpu_bf16_form_matches_plain_loops_on_rounded_activations() {
         ];
         #[cfg(target_arch = "x86_64")]
         for &isa in &dots {
-            forms.push(("bf16 dot", crate::cpu::bf16_dot::bf16_matmul(isa, &x, n, &bits, d_out, d_in)));
+            forms.push((isa.about(), crate::cpu::bf16_dot::bf16_matmul(isa, &x, n, &bits, d_out, d_in)));
         }
         for (form, out) in forms {
             check_outputs(&format!("{form}, {name}"), &out, &expected, &magnitude);

@@ -22,6 +22,7 @@
 use half::f16;
 use rayon::prelude::*;
 
+use crate::instructions::{Instructions, instruction_ceiling};
 use crate::{ActivationBits, Q4_ACTIVATION_BITS, Q4_BLOCK, Q8_BLOCK};
 use kernel::{Activations, Format, Group, Kernel, Q4, Q8, Rounding};
 
@@ -43,16 +44,33 @@ impl DotIsa {
     /// Every kernel, fastest first.
     pub const ALL: [DotIsa; 2] = [DotIsa::Avx512Vnni, DotIsa::Avx2];
 
-    /// The fastest this CPU runs, if any (checked once by the standard library, then cached).
+    /// The fastest this CPU runs under the process's [`Instructions`] ceiling, if any.
     pub fn best() -> Option<DotIsa> {
-        Self::ALL.into_iter().find(|isa| isa.available())
+        let ceiling = instruction_ceiling();
+        Self::ALL.into_iter().find(|isa| isa.family() <= ceiling && isa.available())
     }
 
-    /// Whether this CPU runs it.
+    /// The family it belongs to.
+    pub fn family(self) -> Instructions {
+        match self {
+            DotIsa::Avx512Vnni => Instructions::Avx512,
+            DotIsa::Avx2 => Instructions::Avx2,
+        }
+    }
+
+    /// Whether this CPU runs it (checked once by the standard library, then cached).
     pub fn available(self) -> bool {
         match self {
             DotIsa::Avx512Vnni => avx512::Kernel::available(),
             DotIsa::Avx2 => avx2::Kernel::available(),
+        }
+    }
+
+    /// What it is, in words.
+    pub fn about(self) -> &'static str {
+        match self {
+            DotIsa::Avx512Vnni => "AVX-512 VNNI integer dot (vpdpbusd)",
+            DotIsa::Avx2 => "AVX2 integer dot (vpmaddubsw, vpmaddwd)",
         }
     }
 
