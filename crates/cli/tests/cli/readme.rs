@@ -12,7 +12,7 @@ const DECIDER: &str = env!("CARGO_BIN_EXE_decider");
 const RUN_BY_CI: [&str; 4] = ["cargo test-all", "cargo test-docs", "cargo clippy-all", "cargo fmt --all -- --check"];
 
 /// Lines not run by a test, and why.
-const NOT_RUN: [(&str, &str); 5] = [
+const NOT_RUN: [(&str, &str); 6] = [
     ("cargo test --workspace", "the ndarray-only part of `cargo test-all`, which CI runs"),
     (
         "cargo install --path crates/cli --locked",
@@ -20,6 +20,7 @@ const NOT_RUN: [(&str, &str); 5] = [
     ),
     ("cargo xtask bench", "the criterion benches run for tens of minutes, alone on the machine"),
     ("perf/run.sh", "the side-by-side harness needs llama.cpp and transformers and runs for tens of minutes"),
+    ("python3 perf/summarize.py", "tabulates what perf/run.sh measured"),
     ("docker ", "no container engine on the CI machine (docs/deploy.md)"),
 ];
 
