@@ -23,8 +23,8 @@ struct Cli {
     /// RUST_LOG-style directives. Without it, RUST_LOG is read.
     #[arg(long, global = true, env = "DECIDER_LOG_LEVEL")]
     log_level: Option<String>,
-    /// The widest instructions the CPU backends' kernels may use: avx512 (everything this CPU
-    /// has, the default), avx2 or baseline; a narrower one runs the fallbacks, to compare them.
+    /// The widest instructions this project's CPU kernels may use (by default all this CPU has); a
+    /// narrower family runs the fallbacks, to compare them (`matrixmultiply`'s sgemm picks its own).
     #[arg(long, global = true, env = "DECIDER_CPU_KERNELS", value_parser = instructions_parser())]
     cpu_kernels: Option<decider_ops::Instructions>,
 }

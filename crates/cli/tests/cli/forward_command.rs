@@ -260,7 +260,8 @@ fn quantize_writes_a_folder_that_loads_like_quantizing_at_load() {
 }
 
 /// `--cpu-kernels` forces the fallbacks on a CPU that has more: under each ceiling, `backends
-/// --kernels` names the product the formats then run (as this CPU's features allow), and the
+/// --kernels` names the product each 16-bit and block format then runs (as this CPU's features
+/// and vendor allow), and the
 /// logits stay near those of the widest kernels, on the dense and the MoE fixture. Each kernel
 /// equals the widest one up to summation order (their own tests; the AVX2 integer dot gives
 /// VNNI's bits), but where a sum differs in its last bit (the delta rule's AVX2 kernel, the
@@ -322,20 +323,31 @@ fn every_cpu_kernel_ceiling_runs_its_fallbacks_with_the_same_logits() {
             .unwrap_or_else(|| panic!("no {format} line: {listing}"))
             .to_owned()
     };
-    let baseline = kernels("baseline");
-    assert!(baseline.contains("--cpu-kernels baseline"), "{baseline}");
-    assert!(line(&baseline, "bf16").contains("widened to f32"), "{baseline}");
-    assert!(line(&baseline, "q8").contains("dequantized to f32"), "{baseline}");
-    assert!(line(&baseline, "q4").contains("dequantized to f32"), "{baseline}");
-    let avx2 = kernels("avx2");
-    assert!(line(&avx2, "bf16").contains("widened to f32"), "{avx2}");
+    // Under avx2 and baseline no product may name AVX-512; the 16-bit ones are sgemm on widened
+    // panels, and the block formats the AVX2 dot where the CPU has it, else dequantized panels.
     let avx2_dot = has(&["avx2", "fma"]);
-    assert_eq!(line(&avx2, "q8").contains("AVX2 integer dot"), avx2_dot, "{avx2}");
+    for ceiling in ["baseline", "avx2"] {
+        let listing = kernels(ceiling);
+        assert!(listing.contains(&format!("--cpu-kernels {ceiling}")), "{listing}");
+        assert!(!listing.contains("AVX-512"), "{listing}");
+        for format in ["bf16", "f16"] {
+            assert!(line(&listing, format).contains("panels widened to f32, then sgemm"), "{listing}");
+        }
+        for format in ["q8", "q4"] {
+            let dot = ceiling == "avx2" && avx2_dot;
+            assert_eq!(line(&listing, format).contains("AVX2 integer dot"), dot, "{listing}");
+            assert_eq!(line(&listing, format).contains("dequantized to f32"), !dot, "{listing}");
+        }
+    }
     let widest = kernels("avx512");
     let vnni = has(&["avx512f", "avx512bw", "avx512vnni"]);
-    assert_eq!(line(&widest, "q4").contains("AVX-512 VNNI"), vnni, "{widest}");
+    for format in ["q8", "q4"] {
+        assert_eq!(line(&widest, format).contains("AVX-512 VNNI"), vnni, "{widest}");
+    }
     let bf16_dot = has(&["avx512f", "avx512bw", "avx512vl", "avx512bf16"]);
     assert_eq!(line(&widest, "bf16").contains("vdpbf16ps"), bf16_dot, "{widest}");
+    let fma = has(&["avx512f", "avx512vl"]);
+    assert_eq!(line(&widest, "bf16").contains("AVX-512 FMAs"), fma && (is_intel() || !bf16_dot), "{widest}");
     // A family that does not exist is refused with the ones that do.
     let bad = decider().args(["--cpu-kernels", "avx3", "backends"]).output().unwrap();
     assert!(!bad.status.success());
@@ -344,6 +356,19 @@ fn every_cpu_kernel_ceiling_runs_its_fallbacks_with_the_same_logits() {
         "{}",
         String::from_utf8_lossy(&bad.stderr)
     );
+}
+
+/// Whether the CPU's vendor is Intel (CPUID's "GenuineIntel"; false off x86-64).
+fn is_intel() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let id = std::arch::x86_64::__cpuid(0);
+        [id.ebx, id.edx, id.ecx].map(u32::to_le_bytes).concat() == b"GenuineIntel"
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
 /// Whether this CPU has `feature`, as the standard library detects it (false off x86-64).

@@ -225,8 +225,8 @@ fn rounding_to_bf16_is_halfs_rule() {
 }
 
 /// The shapes of [`HALF_SHAPES`] and ones at the bf16 dot's edges: rows and tokens on both sides
-/// of its 4 × 6 tile, inputs below, at and past one 32-value step, decider-2b's widths, blocks of
-/// the FMA kernel's inputs (2,085: three of 704, the last with a tail).
+/// of its 4 × 6 tile, inputs below, at and past one 32-value step, decider-2b's widths, and 2,085
+/// inputs: several of the FMA kernel's blocks of inputs, the last with a tail.
 #[cfg(feature = "cpu-kernels")]
 const BF16_SHAPES: [(usize, usize, usize); 11] = [
     (6, 4, 32),

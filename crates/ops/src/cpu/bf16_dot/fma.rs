@@ -1,23 +1,20 @@
 //! The bf16 matmul with f32 FMAs: each task widens its panel of bf16 weight rows to f32 once
 //! (exact: a bf16 is the top half of its f32) and multiplies it with every token's activations,
-//! rounded to bf16 and held as f32, so the products are the bf16 dot's. For the CPUs whose
-//! `vdpbf16ps` is slower than their FMAs ([`super::Bf16Isa::best`]), and for AVX-512 CPUs without
-//! AVX-512 BF16.
+//! rounded to bf16 and held as f32, so the products are the bf16 dot's. For Intel's CPUs, whose
+//! FMAs do twice their `vdpbf16ps`'s multiply-adds (chosen by vendor and token count,
+//! [`super::Bf16Isa::best`]), and for AVX-512 CPUs without AVX-512 BF16.
 //!
 //! The tile is the bf16 dot's ([`super::avx512`]) with f32 operands: [`ROWS`] weight rows × up to
-//! [`TOKENS`] tokens, 16 inputs a step, an output's lanes added at the end of a block.
+//! [`TOKENS`](super::tile::TOKENS) tokens, 16 inputs a step, an output's lanes added at the end
+//! of a block.
 
 use std::arch::x86_64::*;
 
 use rayon::prelude::*;
 
-use super::add_lanes;
+use super::tile::{ROWS, add_lanes};
 use crate::half_matmul::bf16_of;
 
-/// Weight rows a tile multiplies (a panel's last tile may have fewer).
-pub(super) const ROWS: usize = 4;
-/// Tokens a tile multiplies (the last tile of a product may have fewer).
-pub(super) const TOKENS: usize = 6;
 /// f32 values a register holds: the inputs of one step.
 pub(super) const STEP: usize = 16;
 
@@ -57,10 +54,10 @@ unsafe fn round_chunk(x: &[f32], rounded: &mut [f32]) {
 /// The CPU runs the kernel ([`available`]).
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn widen_panel(bits: &[u16], d_in: usize) -> Vec<f32> {
-    let (rows, steps) = (bits.len() / d_in, d_in.div_ceil(STEP));
-    let mut packed = vec![0f32; rows.div_ceil(ROWS) * steps * ROWS * STEP];
+    let rows = bits.len() / d_in;
+    let mut packed = vec![0f32; rows.div_ceil(ROWS) * quad_len(d_in)];
     for (r, row) in bits.chunks_exact(d_in).enumerate() {
-        let quad = &mut packed[r / ROWS * steps * ROWS * STEP..];
+        let quad = &mut packed[r / ROWS * quad_len(d_in)..];
         for (step, values) in row.chunks(STEP).enumerate() {
             let at = &mut quad[(step * ROWS + r % ROWS) * STEP..][..values.len()];
             for (w, &b) in at.iter_mut().zip(values) {
@@ -71,7 +68,8 @@ pub(super) unsafe fn widen_panel(bits: &[u16], d_in: usize) -> Vec<f32> {
     packed
 }
 
-/// The length [`widen_panel`] gives one quad of rows of `d_in` inputs.
+/// The length [`widen_panel`] gives one quad of rows of `d_in` inputs; the block of inputs from
+/// `k` (a whole number of steps) starts `k × ROWS` values into it.
 pub(super) fn quad_len(d_in: usize) -> usize {
     d_in.div_ceil(STEP) * ROWS * STEP
 }
@@ -116,7 +114,7 @@ impl Tile<'_> {
             (1..=ROWS).contains(&self.rows)
                 && self.tokens == T
                 && depth <= stride
-                && self.weights.len() >= depth.div_ceil(STEP) * ROWS * STEP
+                && self.weights.len() >= quad_len(depth)
                 && self.x.len() >= (T - 1) * stride + depth,
             "bf16 fma tile: {} rows and {} tokens of {depth} inputs {stride} apart do not fit the slices",
             self.rows,

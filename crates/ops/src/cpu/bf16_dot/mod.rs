@@ -26,6 +26,9 @@ use crate::instructions::{Instructions, instruction_ceiling};
 
 mod avx512;
 mod fma;
+mod tile;
+
+use tile::{ROWS, TOKENS};
 
 /// A bf16 matmul kernel, by the instructions it runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,21 +89,26 @@ impl Bf16Isa {
 }
 
 /// Tokens from which the FMA kernel is faster on Intel's CPUs: its widening of the weights
-/// (1.5 ms for decider-2b's `up_proj` on two Emerald Rapids cores) costs what it saves on about
-/// 60 tokens (`cargo bench -p decider-ops --bench ops -- bf16_matmul`: at 16 tokens 4.0 ms
-/// against the dot's 2.6, at 512 tokens 54–67 ms against 78).
+/// (about 1.5 ms for decider-2b's `up_proj` on two Emerald Rapids cores) costs what it saves on
+/// about 60 tokens (`cargo bench -p decider-ops --bench ops -- bf16_matmul`: at 16 tokens 4.0 ms
+/// against the dot's 2.6, at 128 tokens 15–21 ms against 19.5–22, at 512 tokens 54–68 ms
+/// against 77–81).
 pub const FMA_TOKENS: usize = 64;
 
-/// Whether the CPU's vendor is Intel (CPUID leaf 0: "GenuineIntel").
+/// Whether the CPU's vendor is Intel (CPUID leaf 0: "GenuineIntel"), asked once: CPUID traps to
+/// the hypervisor in a virtual machine.
 fn is_intel() -> bool {
-    let id = __cpuid(0);
-    [id.ebx, id.edx, id.ecx].map(u32::to_le_bytes).concat() == b"GenuineIntel"
+    static INTEL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *INTEL.get_or_init(|| {
+        let id = __cpuid(0);
+        [id.ebx, id.edx, id.ecx].map(u32::to_le_bytes).concat() == b"GenuineIntel"
+    })
 }
 
 /// `round_bf16(x) [n, d_in] · Wᵀ -> [n, d_out]` for `W [d_out, d_in]` given as bf16 patterns in
-/// row order. Parallel over panels of weight rows small enough to stay in a core's L2 cache
-/// while every token reads them; with [`Bf16Isa::Avx512Fma`] the inputs in blocks
-/// ([`FMA_BLOCK_DEPTH`]) whose activations stay in L1.
+/// row order. Parallel over panels of weight rows ([`PANEL_BYTES`], [`FMA_PANEL_ROWS`]) that
+/// every token reads; with [`Bf16Isa::Avx512Fma`] in blocks of inputs ([`FMA_BLOCK_DEPTH`])
+/// whose activations stay in L1.
 ///
 /// # Panics
 /// If the CPU lacks the instructions ([`Bf16Isa::available`]) or the lengths do not match the
@@ -124,18 +132,21 @@ pub fn bf16_matmul(isa: Bf16Isa, x: &[f32], n: usize, bits: &[u16], d_out: usize
             let panel = panel_rows(d_out, (PANEL_BYTES / (2 * d_in)).max(1));
             bits.par_chunks(panel * d_in).enumerate().for_each(|(p, weights)| {
                 let (first, rows) = (p * panel, weights.len() / d_in);
-                for_each_tile(n, rows, d_in, d_in, |token, tokens, k, depth, row| {
-                    let tile = avx512::Tile {
-                        weights: &weights[row * d_in + k..],
-                        rows: avx512::ROWS.min(rows - row),
-                        x: &x[token * d_in + k..],
-                        tokens,
-                        depth,
-                        stride: d_in,
-                    };
-                    // SAFETY: the CPU runs the kernel; see `for_each_tile` for `out`.
-                    unsafe { tile.run(out_ptr.at(token * d_out + first + row), d_out, k > 0) };
-                });
+                for token in (0..n).step_by(TOKENS) {
+                    for row in (0..rows).step_by(ROWS) {
+                        let tile = avx512::Tile {
+                            weights: &weights[row * d_in..],
+                            rows: ROWS.min(rows - row),
+                            x: &x[token * d_in..],
+                            tokens: TOKENS.min(n - token),
+                            d_in,
+                        };
+                        // SAFETY: the CPU runs the kernel. The tile writes outputs `first + row..`
+                        // (its `rows` columns) of its tokens' rows of `out [n, d_out]`: in bounds,
+                        // and no other task writes these columns.
+                        unsafe { tile.run(out_ptr.at(token * d_out + first + row), d_out) };
+                    }
+                }
             });
         }
         Bf16Isa::Avx512Fma => {
@@ -151,7 +162,7 @@ pub fn bf16_matmul(isa: Bf16Isa, x: &[f32], n: usize, bits: &[u16], d_out: usize
                 for_each_tile(n, rows, d_in, depth, |token, tokens, k, depth, row| {
                     let tile = fma::Tile {
                         weights: &weights[row / ROWS * quad + k * ROWS..],
-                        rows: fma::ROWS.min(rows - row),
+                        rows: ROWS.min(rows - row),
                         x: &x[token * d_in + k..],
                         tokens,
                         depth,
@@ -168,11 +179,12 @@ pub fn bf16_matmul(isa: Bf16Isa, x: &[f32], n: usize, bits: &[u16], d_out: usize
     out
 }
 
-/// Calls `tile(token, tokens, k, depth, row)` for each tile of a panel of `rows` weight rows:
-/// tiles of [`TOKENS`] tokens outermost, then blocks of `depth` inputs, then quads of rows. Each
-/// tile writes (the first block, `k == 0`) or adds to (the others) its outputs: the panel's
-/// columns `row..row + 4` of its tokens' rows, which no other task writes. (Blocks outermost, so
-/// that a block of the panel stays in L2 while every token reads it, measured the same.)
+/// Calls `tile(token, tokens, k, depth, row)` for each of the FMA kernel's tiles of a panel of
+/// `rows` weight rows: tiles of [`TOKENS`] tokens outermost, then blocks of `depth` inputs, then
+/// quads of rows. Each tile writes (the first block, `k == 0`) or adds to (the others) its
+/// outputs: the panel's columns `row..row + 4` of its tokens' rows, which no other task writes.
+/// (The other order, blocks outermost so that a block of the panel stays in L2 while every token
+/// reads it, measured the same and was not kept.)
 fn for_each_tile(
     n: usize,
     rows: usize,
@@ -189,11 +201,6 @@ fn for_each_tile(
     }
 }
 
-/// Tokens and weight rows of both kernels' tiles.
-const TOKENS: usize = 6;
-const ROWS: usize = 4;
-const _: () = assert!(avx512::TOKENS == TOKENS && fma::TOKENS == TOKENS && avx512::ROWS == ROWS && fma::ROWS == ROWS);
-
 /// `d_in` in as few even blocks of at most `most` inputs as it takes, a whole number of `step`s
 /// each.
 fn block_depth(d_in: usize, most: usize, step: usize) -> usize {
@@ -201,8 +208,7 @@ fn block_depth(d_in: usize, most: usize, step: usize) -> usize {
 }
 
 /// Inputs of a block of the FMA kernel: a tile's 6 tokens of them in f32 (24 KiB) stay in a
-/// core's L1 cache while its row quads stream past. (The bf16 dot, bound by its one instruction
-/// every other cycle on Intel and its loads in half the bytes, was 6 % slower in blocks.)
+/// core's L1 cache while its row quads stream past (512 and 2,048 were slower on Emerald Rapids).
 const FMA_BLOCK_DEPTH: usize = 1024;
 
 /// Weight rows a task multiplies with every token: `most`, a whole number of tiles, fewer where
@@ -214,30 +220,13 @@ fn panel_rows(d_out: usize, most: usize) -> usize {
 
 /// Weight rows of the FMA kernel's panels (1.5 MiB in f32 at `down_proj`'s 6,144 inputs): each
 /// panel reads all the activations (12 MiB in f32 for 512 tokens of `down_proj`, from L3), so
-/// fewer, taller panels read less. On an Emerald Rapids VM (2 MiB L2), 512 tokens: 64 rows were
-/// 14 % faster than 24 at 6,144 inputs, and as fast as 256 KiB panels at 2,048.
+/// fewer, taller panels read less. On an Emerald Rapids VM (2 MiB L2), 512 tokens of
+/// `down_proj`: 64 rows took 66–71 ms where 24 rows (256 KiB of bf16) took 76.
 const FMA_PANEL_ROWS: usize = 64;
 
-/// The bytes of bf16 weights a task reads for every tile of tokens: at most a quarter of a Zen 4
-/// core's 1 MiB L2 cache, so that the activations' tiles fit beside them (widened to f32 by the
-/// FMA kernel, a quarter of an Emerald Rapids core's 2 MiB).
+/// The bytes of bf16 weights a task of the bf16 dot reads for every tile of tokens: at most a
+/// quarter of a Zen 4 core's 1 MiB L2 cache, so that the activations' tiles fit beside them.
 const PANEL_BYTES: usize = 256 << 10;
-
-/// The sums of the 16 lanes of each of 4 registers, in one register: halves added, then
-/// pairwise (`vhaddps`) twice, 12 instructions where 4 full reductions take 28.
-#[inline]
-#[target_feature(enable = "avx512f")]
-fn add_lanes(sums: [__m512; ROWS]) -> __m128 {
-    let halves = sums.map(|s| {
-        let high = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s)));
-        _mm256_add_ps(_mm512_castps512_ps256(s), high)
-    });
-    // [r0 01, r0 23, r1 01, r1 23 | r0 45, r0 67, r1 45, r1 67], then the same for rows 2 and 3.
-    let (first, second) = (_mm256_hadd_ps(halves[0], halves[1]), _mm256_hadd_ps(halves[2], halves[3]));
-    // [r0 0–3, r1 0–3, r2 0–3, r3 0–3 | the same of lanes 4–7].
-    let quarters = _mm256_hadd_ps(first, second);
-    _mm_add_ps(_mm256_castps256_ps128(quarters), _mm256_extractf128_ps::<1>(quarters))
-}
 
 /// The output's start, shared by the tasks, which write disjoint columns.
 #[derive(Clone, Copy)]
