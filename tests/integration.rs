@@ -9,6 +9,7 @@ mod decision_parity;
 mod fuzz_checkpoint;
 mod fuzz_prompts;
 mod gguf;
+mod gguf_models;
 mod layout;
 mod loader;
 mod loader_errors;

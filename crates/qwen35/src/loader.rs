@@ -2,7 +2,8 @@
 //! for its parameters by their checkpoint names, and the loader reads them from the source and
 //! holds them in the format [`held_format`] gives, so a model is built filled, never filled after.
 //!
-//! The sources: a safetensors checkpoint or quantized folder ([`crate::weights`]), seeded random
+//! The sources: a safetensors checkpoint or quantized folder ([`crate::weights`]), a GGUF file
+//! ([`crate::gguf`]), seeded random
 //! weights ([`crate::seeded`]); without a source the loader builds the model lazily (shapes
 //! only, values made on first use: burn's `Config::init`). [`Load::reading_only`] reads every
 //! tensor and holds none: `decider quantize` writes what it reads ([`crate::quantize`]).
@@ -43,6 +44,13 @@ pub trait TensorSource {
         format: WeightFormat,
         usage: WeightUse,
     ) -> Result<WeightValues, LoadError>;
+
+    /// The format weight `name` is held in when the source keeps each weight's own (a GGUF file
+    /// loaded with `auto`: its tensors each have a type); `None`: the format the load asks for.
+    /// Either way the format policy ([`held_format`]) applies to it.
+    fn stored_format(&self, _name: &str) -> Option<WeightFormat> {
+        None
+    }
 }
 
 /// One build of a model: its source, the format asked for, and what was built so far.
@@ -182,7 +190,8 @@ impl<B: FormatOps> Loader<'_, '_, B> {
     /// gives it ([`held_format`]).
     pub fn weight<const D: usize>(&self, name: &str, dims: [usize; D], usage: WeightUse) -> Weight<B, D> {
         let name = self.name_of(name);
-        let format = held_format(self.load.requested, &name, &dims, usage);
+        let stored = self.load.source.and_then(|source| source.stored_format(&name));
+        let format = held_format(stored.unwrap_or(self.load.requested), &name, &dims, usage);
         let device = self.load.device;
         let values = self.load.source().and_then(|source| self.load.ok(source.weight(&name, &dims, format, usage)));
         let weight = match values {

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use decider_ops::GgmlType;
 use memmap2::Mmap;
@@ -128,6 +128,7 @@ impl GgufTensor {
 
 /// An open GGUF file.
 pub struct GgufFile {
+    path: PathBuf,
     map: Mmap,
     metadata: Metadata,
     tensors: Tensors,
@@ -145,7 +146,12 @@ impl GgufFile {
         // truncated or rewritten by another process while it is open.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
         let (metadata, tensors) = parse(&map).map_err(|reason| LoadError::Gguf { path: path.to_path_buf(), reason })?;
-        Ok(GgufFile { map, metadata, tensors })
+        Ok(GgufFile { path: path.to_path_buf(), map, metadata, tensors })
+    }
+
+    /// Where it was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// The metadata, by key.
@@ -167,16 +173,20 @@ impl GgufFile {
     /// Tensor `name`'s values as f32, dequantized as llama.cpp dequantizes them.
     pub fn f32(&self, name: &str) -> Result<Vec<f32>, LoadError> {
         let (tensor, bytes) = self.tensor(name)?;
-        let ggml_type = tensor.ggml_type;
-        let mut values = vec![0.0; tensor.len()];
-        // In runs of whole blocks, in parallel.
-        let blocks = 1024;
-        values
-            .par_chunks_mut(blocks * ggml_type.block_values())
-            .zip(bytes.par_chunks(blocks * ggml_type.block_bytes()))
-            .for_each(|(out, bytes)| ggml_type.dequantize(bytes, out));
-        Ok(values)
+        Ok(dequantized(tensor.ggml_type, bytes))
     }
+}
+
+/// The values of `ggml_type` in `bytes` (whole blocks), dequantized as llama.cpp dequantizes them,
+/// in runs of blocks in parallel.
+pub fn dequantized(ggml_type: GgmlType, bytes: &[u8]) -> Vec<f32> {
+    let blocks = 1024;
+    let mut values = vec![0.0; bytes.len() / ggml_type.block_bytes() * ggml_type.block_values()];
+    values
+        .par_chunks_mut(blocks * ggml_type.block_values())
+        .zip(bytes.par_chunks(blocks * ggml_type.block_bytes()))
+        .for_each(|(out, bytes)| ggml_type.dequantize(bytes, out));
+    values
 }
 
 /// A file's metadata, by key.

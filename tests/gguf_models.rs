@@ -1,0 +1,269 @@
+//! Models from GGUF files made by llama.cpp's own tools (`tests/fixtures/gguf/models.py`: its
+//! converter and `llama-quantize`, from the fixture checkpoints widened to f32):
+//! - every tensor the model reads, found under the converter's name with its transforms undone
+//!   (norms, `A_log`, the value heads' order, the split experts), equals the checkpoint's;
+//! - the BF16 file, which holds the fixture's weights exactly, gives transformers' logits;
+//! - every weight held as stored (`auto`) is, dequantized, the weight the f32 load holds: the
+//!   values of llama.cpp's own dequantization, which `gguf.rs` holds to the `gguf` package's;
+//! - llama.cpp's Q8_0 blocks are the ones `decider quantize --to q8` makes, so a Q8_0 file and
+//!   a q8 load of its checkpoint give the same logits;
+//! - a file that is not what the configuration says is refused with a message naming the key or
+//!   tensor.
+
+use burn::backend::NdArray;
+use decider_ops::{dequantize_q4, dequantize_q8};
+use integration_tests::{MODELS, Reference, assert_close, fixture_copy, fixture_path, relative_check, rewrite_tensors};
+use qwen35::checkpoint::Checkpoint;
+use qwen35::gguf::{GgufFile, GgufSource, config_of, load_gguf};
+use qwen35::loader::{Load, TensorSource};
+use qwen35::weight::WeightValues;
+use qwen35::weight_format::{WeightUse, held_format};
+use qwen35::weights::CheckpointSource;
+use qwen35::{LoadError, Qwen35Config, WeightChoice, WeightFormat};
+use safetensors::Dtype;
+
+type B = NdArray;
+
+/// The types each fixture model is written in.
+fn files(model: &str) -> &'static [&'static str] {
+    match model {
+        "dense" => &["bf16", "f16", "q8_0", "q4_0"],
+        _ => &["bf16", "q8_0", "q4_0"],
+    }
+}
+
+fn gguf_path(model: &str, ggml_type: &str) -> std::path::PathBuf {
+    fixture_path(&format!("gguf/{model}-{ggml_type}.gguf"))
+}
+
+/// The names and shapes of every tensor a model of `config` reads, in order, with whether each
+/// is a weight (read through `TensorSource::weight`).
+fn tensors_read(config: &Qwen35Config) -> Vec<(String, Vec<usize>, Option<WeightUse>)> {
+    struct Recorder(std::cell::RefCell<Vec<(String, Vec<usize>, Option<WeightUse>)>>);
+    impl TensorSource for Recorder {
+        fn text_prefix(&self) -> &str {
+            "model"
+        }
+        fn f32(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, LoadError> {
+            self.0.borrow_mut().push((name.to_owned(), shape.to_vec(), None));
+            Ok(vec![0.0; shape.iter().product()])
+        }
+        fn weight(
+            &self,
+            name: &str,
+            dims: &[usize],
+            _format: WeightFormat,
+            usage: WeightUse,
+        ) -> Result<WeightValues, LoadError> {
+            self.0.borrow_mut().push((name.to_owned(), dims.to_vec(), Some(usage)));
+            Ok(WeightValues::F32(vec![0.0; dims.iter().product()]))
+        }
+    }
+    let recorder = Recorder(Default::default());
+    let device = Default::default();
+    let load = Load::<B>::from(&recorder, &device, WeightFormat::F32).reading_only();
+    let model = config.load(&load.root());
+    load.finish(model).unwrap();
+    recorder.0.into_inner()
+}
+
+fn f32_of(values: WeightValues) -> Vec<f32> {
+    match values {
+        WeightValues::F32(values) => values,
+        WeightValues::Half(half, bits) => bits.into_iter().map(|b| half.to_f32(b)).collect(),
+        WeightValues::Q8(values, scales) => dequantize_q8(&values, &scales),
+        WeightValues::Q4(packed, scales) => dequantize_q4(&packed, &scales),
+    }
+}
+
+#[test]
+fn the_settings_are_the_checkpoints() {
+    for model in MODELS {
+        let expected = Qwen35Config::from_file(fixture_path(&format!("{model}/save_pretrained/config.json"))).unwrap();
+        for ggml_type in files(model) {
+            let file = GgufFile::open(gguf_path(model, ggml_type)).unwrap();
+            assert_eq!(config_of(&file).unwrap(), expected, "{model}-{ggml_type}");
+        }
+    }
+}
+
+#[test]
+fn every_tensor_is_the_checkpoints_under_the_converters_name() {
+    for model in MODELS {
+        let dir = fixture_path(&format!("{model}/save_pretrained"));
+        let config = Qwen35Config::from_file(dir.join("config.json")).unwrap();
+        let checkpoint = Checkpoint::open_dir(&dir).unwrap();
+        let checkpoint = CheckpointSource::new(&checkpoint).unwrap();
+        // The BF16 file holds the checkpoint's bf16 matrices as they are and its vectors in f32.
+        let file = GgufFile::open(gguf_path(model, "bf16")).unwrap();
+        let device = Default::default();
+        let gguf = GgufSource::new::<B>(&file, &config, WeightChoice::Exactly(WeightFormat::F32), &device);
+        let read = tensors_read(&config);
+        assert!(read.len() > 30, "{model}: {} tensors", read.len());
+        for (name, shape, usage) in read {
+            let (ours, theirs) = match usage {
+                None => (gguf.f32(&name, &shape).unwrap(), checkpoint.f32(&name, &shape).unwrap()),
+                Some(usage) => (
+                    f32_of(gguf.weight(&name, &shape, WeightFormat::F32, usage).unwrap()),
+                    f32_of(checkpoint.weight(&name, &shape, WeightFormat::F32, usage).unwrap()),
+                ),
+            };
+            // Matrices and the DeltaNet's norm exactly; what the converter computed on (norms
+            // `+ 1`, `A_log` through `-exp`) within an f32 rounding of the value it made.
+            let tolerance = if name.ends_with("A_log") || name.ends_with("norm.weight") { 1e-6 } else { 0.0 };
+            relative_check(&format!("{model}: {name}"), &ours, &theirs, tolerance);
+            if tolerance == 0.0 {
+                assert!(ours.iter().zip(&theirs).all(|(a, b)| a.to_bits() == b.to_bits()), "{model}: {name}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_bf16_file_gives_the_reference_logits() {
+    for model in MODELS {
+        let device = Default::default();
+        let (_, network) = load_gguf::<B>(gguf_path(model, "bf16"), WeightFormat::F32, &device).unwrap();
+        let reference = Reference::open(model);
+        for run in ["len7", "len130", "batch2"] {
+            let logits = network.forward(reference.input_ids(run, &device));
+            let error = assert_close(&reference, &format!("{run}.logits"), logits, 1e-4);
+            println!("{model} {run}: logits within {error:.1e} of transformers'");
+        }
+    }
+}
+
+#[test]
+fn every_weight_held_as_stored_is_llama_cpps_dequantization() {
+    for model in MODELS {
+        let config = Qwen35Config::from_file(fixture_path(&format!("{model}/save_pretrained/config.json"))).unwrap();
+        let read = tensors_read(&config);
+        for ggml_type in files(model) {
+            let file = GgufFile::open(gguf_path(model, ggml_type)).unwrap();
+            let device = Default::default();
+            let auto = GgufSource::new::<B>(&file, &config, WeightChoice::Auto, &device);
+            let f32 = GgufSource::new::<B>(&file, &config, WeightChoice::Exactly(WeightFormat::F32), &device);
+            let mut held = std::collections::BTreeMap::<String, usize>::new();
+            for (name, dims, usage) in &read {
+                let Some(usage) = *usage else { continue };
+                let stored = auto.stored_format(name).expect("every weight is in the file");
+                let format = held_format(stored, name, dims, usage);
+                *held.entry(format.to_string()).or_default() += 1;
+                let as_stored = f32_of(auto.weight(name, dims, format, usage).unwrap());
+                let exact = f32_of(f32.weight(name, dims, WeightFormat::F32, usage).unwrap());
+                assert!(
+                    as_stored.iter().zip(&exact).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{model}-{ggml_type}: {name} held in {format}"
+                );
+            }
+            // The file's own type holds most weights (the converter keeps rows that are not whole
+            // blocks in F16; the gates are f32 in every format).
+            let main = match *ggml_type {
+                "bf16" => WeightFormat::Bf16,
+                "f16" => WeightFormat::F16,
+                "q8_0" => WeightFormat::Q8,
+                _ => WeightFormat::Q4,
+            };
+            assert_eq!(auto.format(), main, "{model}-{ggml_type}: {held:?}");
+            let most = held.iter().max_by_key(|(_, count)| **count).unwrap();
+            assert_eq!(most.0, &main.to_string(), "{model}-{ggml_type}: {held:?}");
+        }
+    }
+}
+
+#[test]
+fn llama_cpps_q8_0_blocks_are_decider_q8_blocks() {
+    for model in MODELS {
+        let dir = fixture_path(&format!("{model}/save_pretrained"));
+        let config = Qwen35Config::from_file(dir.join("config.json")).unwrap();
+        let checkpoint = Checkpoint::open_dir(&dir).unwrap();
+        let checkpoint = CheckpointSource::new(&checkpoint).unwrap();
+        let file = GgufFile::open(gguf_path(model, "q8_0")).unwrap();
+        let device = Default::default();
+        let gguf = GgufSource::new::<B>(&file, &config, WeightChoice::Exactly(WeightFormat::Q8), &device);
+        let mut compared = 0;
+        // The weights a q8 load holds in f32 (the gates, rows that are not whole blocks), as the
+        // file has them: llama.cpp quantizes the DeltaNet's `in_proj_a`/`in_proj_b` too.
+        let mut unquantized = std::collections::BTreeMap::new();
+        for (name, dims, usage) in tensors_read(&config) {
+            let Some(usage) = usage else { continue };
+            if held_format(WeightFormat::Q8, &name, &dims, usage) != WeightFormat::Q8 {
+                let values = f32_of(gguf.weight(&name, &dims, WeightFormat::F32, usage).unwrap());
+                unquantized.insert(name, (dims, values));
+                continue;
+            }
+            match (
+                gguf.weight(&name, &dims, WeightFormat::Q8, usage),
+                checkpoint.weight(&name, &dims, WeightFormat::Q8, usage),
+            ) {
+                (Ok(WeightValues::Q8(values, scales)), Ok(WeightValues::Q8(ours, our_scales))) => {
+                    assert_eq!(scales, our_scales, "{model}: {name}: scales");
+                    assert_eq!(values, ours, "{model}: {name}: values");
+                    compared += 1;
+                }
+                // The converter keeps rows it cannot make Q8_0 in F16: quantized here as ours are.
+                (Ok(other), Ok(_)) => panic!("{model}: {name} read as {other:?}"),
+                (gguf, checkpoint) => panic!("{model}: {name}: {:?} / {:?}", gguf.err(), checkpoint.err()),
+            }
+        }
+        assert!(compared > 20, "{model}: {compared} weights compared");
+        // Same blocks, same kernels: the same logits as the checkpoint, with the file's values of
+        // the weights it holds in f32, loaded in q8.
+        let folder = fixture_copy(&format!("{model}/save_pretrained"));
+        rewrite_tensors(&folder.path().join("model.safetensors"), |name, dtype, shape, data| {
+            Some(match unquantized.get(name) {
+                Some((dims, values)) => {
+                    (Dtype::F32, dims.clone(), values.iter().flat_map(|v| v.to_le_bytes()).collect())
+                }
+                None => (dtype, shape, data),
+            })
+        });
+        let (_, from_file) = load_gguf::<B>(gguf_path(model, "q8_0"), WeightFormat::Q8, &device).unwrap();
+        let (_, from_folder) = qwen35::load_model_with_weights::<B>(folder.path(), WeightFormat::Q8, &device).unwrap();
+        let reference = Reference::open(model);
+        let ids = reference.input_ids("len64", &device);
+        let ours = from_file.forward(ids.clone()).into_data().to_vec::<f32>().unwrap();
+        let theirs = from_folder.forward(ids).into_data().to_vec::<f32>().unwrap();
+        let error = relative_check(&format!("{model}: q8 logits"), &ours, &theirs, 1e-4);
+        println!("{model}: Q8_0 file against the folder in q8: logits within {error:.1e}");
+    }
+}
+
+#[test]
+fn a_file_that_is_not_what_its_settings_say_is_refused_naming_the_key_or_tensor() {
+    let device = Default::default();
+    let error = |path: &std::path::Path| match load_gguf::<B>(path, WeightChoice::Auto, &device) {
+        Ok(_) => panic!("{} loaded", path.display()),
+        Err(error) => error.to_string(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(gguf_path("dense", "bf16")).unwrap();
+    let patched = |from: &[u8], to: &[u8]| {
+        let at = bytes.windows(from.len()).position(|w| w == from).expect("the pattern is in the file");
+        let mut patched = bytes.clone();
+        patched[at..at + to.len()].copy_from_slice(to);
+        let path = dir.path().join("patched.gguf");
+        std::fs::write(&path, patched).unwrap();
+        path
+    };
+    // A key the settings need, renamed.
+    let message = error(&patched(b"qwen35.block_count", b"qwen35.block_counx"));
+    assert!(message.contains("it has no `qwen35.block_count`"), "{message}");
+    // A tensor of the wrong shape: `ffn_down` [32, 96] stored as [96, 32] (the same bytes).
+    let name = b"blk.0.ffn_down.weight";
+    let entry = [&(name.len() as u64).to_le_bytes()[..], name, &2u32.to_le_bytes(), &96u64.to_le_bytes()].concat();
+    let swapped = [&entry[..entry.len() - 8], &32u64.to_le_bytes(), &96u64.to_le_bytes()].concat();
+    let message = error(&patched(&[&entry[..], &32u64.to_le_bytes()].concat(), &swapped));
+    assert!(message.contains("tensor `blk.0.ffn_down.weight` has shape [96, 32], expected [32, 96]"), "{message}");
+    // The block-type fixture is a GGUF file of another architecture.
+    let message = error(&fixture_path("gguf/blocks.gguf"));
+    assert!(message.contains("architecture is `decider-test`, not Qwen3.5"), "{message}");
+    // Asked for q4, a Q8_0 file is refused (its blocks would be rounded twice).
+    match load_gguf::<B>(gguf_path("dense", "q8_0"), WeightFormat::Q4, &device) {
+        Err(error) => {
+            let message = error.to_string();
+            assert!(message.contains("stored in q8_0 blocks, asked for q4"), "{message}");
+        }
+        Ok(_) => panic!("a Q8_0 file loaded in q4"),
+    }
+}
