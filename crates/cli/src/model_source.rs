@@ -1,4 +1,5 @@
-//! `--model`: a local model folder, `demo` (a tiny random-weight Qwen3.5 built in memory, with
+//! `--model`: a local model folder, a GGUF file (llama.cpp's, with `decider_config.json` beside
+//! it), `demo` (a tiny random-weight Qwen3.5 built in memory, with
 //! the Qwen3.5 test tokenizer; it needs nothing on disk), `random:CONFIG` (the demo's random
 //! weights and tokenizer at the widths of a `config.json`, for speed and memory measurements), or
 //! a Hugging Face Hub id such as `Mapika/decider-2b` (downloaded into the Hub cache on first use,
@@ -33,6 +34,8 @@ pub enum ModelSource {
     /// `random:CONFIG`: seeded random weights at the widths of a `config.json`.
     Random(PathBuf),
     Folder(PathBuf),
+    /// A GGUF file (`*.gguf`).
+    Gguf(PathBuf),
     /// `owner/name` on the Hugging Face Hub.
     Hub(String),
 }
@@ -54,13 +57,19 @@ impl FromStr for ModelSource {
         if path.is_dir() {
             return Ok(Self::Folder(path));
         }
+        if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+            return match path.is_file() {
+                true => Ok(Self::Gguf(path)),
+                false => Err(format!("{s}: no such GGUF file")),
+            };
+        }
         let hub_id = matches!(s.split('/').collect::<Vec<_>>()[..], [owner, name] if !owner.is_empty() && !name.is_empty() && !s.starts_with('.'))
             && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c));
         if hub_id {
             return Ok(Self::Hub(s.to_string()));
         }
         Err(format!(
-            "{s} is not a model folder (a folder with config.json, the weights, tokenizer.json and decider_config.json), a Hub id (owner/name), `demo`, nor `random:CONFIG`"
+            "{s} is not a model folder (a folder with config.json, the weights, tokenizer.json and decider_config.json), a GGUF file (*.gguf), a Hub id (owner/name), `demo`, nor `random:CONFIG`"
         ))
     }
 }
@@ -71,20 +80,25 @@ impl std::fmt::Display for ModelSource {
         match self {
             Self::Demo => f.write_str("demo"),
             Self::Random(config) => write!(f, "random:{}", config.display()),
-            Self::Folder(dir) => write!(f, "{}", dir.display()),
+            Self::Folder(dir) | Self::Gguf(dir) => write!(f, "{}", dir.display()),
             Self::Hub(id) => f.write_str(id),
         }
     }
 }
 
 /// `--model`'s help, the same on every command that loads a model.
-pub const MODEL_HELP: &str = "Model: a folder (config.json, safetensors, tokenizer.json, decider_config.json), a Hugging Face Hub id (owner/name), `demo` (random weights, runs offline) or `random:CONFIG` (random weights at the widths of a config.json)";
+pub const MODEL_HELP: &str = "Model: a folder (config.json, safetensors, tokenizer.json, decider_config.json), a GGUF file (decider_config.json beside it), a Hugging Face Hub id (owner/name), `demo` (random weights, runs offline) or `random:CONFIG` (random weights at the widths of a config.json)";
 
 impl ModelSource {
     /// The tokenizer and `decider_config.json` only (no weights).
     pub fn prompter(&self) -> anyhow::Result<Prompter> {
         let dir = match self {
             Self::Demo | Self::Random(_) => return Ok(Prompter::demo()),
+            Self::Gguf(path) => {
+                return Prompter::from_gguf(path).with_context(|| {
+                    format!("reading the tokenizer of {} and the decider_config.json beside it", path.display())
+                });
+            }
             Self::Folder(dir) => dir.clone(),
             Self::Hub(id) => hub::download(id, false)?,
         };
@@ -98,6 +112,10 @@ impl ModelSource {
     pub fn load<B: Qwen35Ops>(&self, weights: WeightChoice, device: &B::Device) -> anyhow::Result<Decider<B>> {
         let dir = match self.weights()? {
             Weights::Folder(dir) => check_folder(&dir, &[Part::Network, Part::Tokenizer]).map(|()| dir)?,
+            Weights::Gguf(path) => {
+                return Decider::load_gguf(&path, weights, device)
+                    .with_context(|| format!("loading the model in {}", path.display()));
+            }
             Weights::Random(config) => {
                 let network = || Ok(demo::random_model(&config, weights.without_folder(), device));
                 return Ok(Decider::build(|| Ok(Prompter::demo()), network, device, self.to_string())?);
@@ -115,6 +133,10 @@ impl ModelSource {
     ) -> anyhow::Result<(Qwen35Config, Qwen35Model<B>)> {
         let dir = match self.weights()? {
             Weights::Folder(dir) => check_folder(&dir, &[Part::Network]).map(|()| dir)?,
+            Weights::Gguf(path) => {
+                return qwen35::gguf::load_gguf(&path, weights, device)
+                    .with_context(|| format!("loading the model in {}", path.display()));
+            }
             Weights::Random(config) => {
                 let model = demo::random_model(&config, weights.without_folder(), device);
                 return Ok((config, model));
@@ -128,6 +150,7 @@ impl ModelSource {
     pub fn folder(&self) -> anyhow::Result<PathBuf> {
         match self.weights()? {
             Weights::Folder(dir) => check_folder(&dir, &[Part::Network]).map(|()| dir),
+            Weights::Gguf(_) => anyhow::bail!("{self} is a GGUF file, not a model folder: this command reads folders"),
             Weights::Random(_) => anyhow::bail!("{self} has no weights to read: give a model folder or a Hub id"),
         }
     }
@@ -140,6 +163,7 @@ impl ModelSource {
                 Weights::Random(Qwen35Config::from_file(path).with_context(|| format!("reading {}", path.display()))?)
             }
             Self::Folder(dir) => Weights::Folder(dir.clone()),
+            Self::Gguf(path) => Weights::Gguf(path.clone()),
             Self::Hub(id) => Weights::Folder(hub::download(id, true)?),
         })
     }
@@ -186,6 +210,7 @@ fn check_folder(dir: &Path, parts: &[Part]) -> anyhow::Result<()> {
 
 enum Weights {
     Folder(PathBuf),
+    Gguf(PathBuf),
     /// Seeded random weights for this config.
     Random(Qwen35Config),
 }

@@ -70,6 +70,20 @@ impl DeciderConfig {
         Self::from_json(&text).map_err(|e| e.in_file(&path))
     }
 
+    /// The `decider_config.json` beside GGUF file `gguf` (in its folder), which must be there: a
+    /// GGUF file carries the model, not decider's settings.
+    pub fn beside_gguf(gguf: &Path) -> Result<Self, DeciderError> {
+        let dir = gguf.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        match dir.join(WHERE).is_file() {
+            true => Self::from_dir(dir),
+            false => Err(DeciderError::Config(format!(
+                "{} has no {WHERE} beside it: a GGUF file holds the model but not decider's settings (option labels, temperatures, prompt layout); put the model's {WHERE} in {}",
+                gguf.display(),
+                dir.display()
+            ))),
+        }
+    }
+
     /// Parses and validates the file's text.
     pub fn from_json(text: &str) -> Result<Self, DeciderError> {
         let value = loads(text.as_bytes()).map_err(|e| DeciderError::Config(format!("not valid JSON: {e}")))?;

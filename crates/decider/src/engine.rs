@@ -56,6 +56,22 @@ impl<B: Qwen35Ops> Decider<B> {
         Self::build(prompter, network, device, dir.display().to_string())
     }
 
+    /// Loads a GGUF file (llama.cpp's model file: settings, tokenizer and weights in one file)
+    /// with its weights in `weights` (`auto`: each as stored), and the `decider_config.json`
+    /// beside it, which a GGUF file does not carry and a decision needs (labels, temperatures,
+    /// layout).
+    pub fn load_gguf(
+        path: impl AsRef<Path>,
+        weights: impl Into<WeightChoice>,
+        device: &B::Device,
+    ) -> Result<Self, DeciderError> {
+        let path = path.as_ref();
+        let config = DeciderConfig::beside_gguf(path)?;
+        let prompter = || Prompter::gguf_with_config(path, config);
+        let network = || Ok(qwen35::gguf::load_gguf::<B>(path, weights, device)?.1);
+        Self::build(prompter, network, device, path.display().to_string())
+    }
+
     /// The `demo` model (random weights from a fixed seed, test tokenizer).
     pub fn demo(device: &B::Device) -> Self {
         Self::build(|| Ok(Prompter::demo()), || Ok(demo_model(device)), device, "demo".into())

@@ -7,6 +7,7 @@ pub mod decide_form;
 pub mod demo;
 pub mod engine;
 pub mod error;
+pub mod gguf_tokenizer;
 pub mod plan_budget;
 pub mod prompt;
 pub mod prompter;

@@ -31,6 +31,18 @@ impl Prompter {
         Ok(Self { tokenizer: Tokenizer::from_file(dir.join("tokenizer.json"))?, config })
     }
 
+    /// The tokenizer of GGUF file `path`, built from its vocabulary, and the `decider_config.json`
+    /// beside it ([`DeciderConfig::beside_gguf`]).
+    pub fn from_gguf(path: &Path) -> Result<Self, DeciderError> {
+        Self::gguf_with_config(path, DeciderConfig::beside_gguf(path)?)
+    }
+
+    /// The tokenizer of GGUF file `path`, with its `decider_config.json` already read.
+    pub fn gguf_with_config(path: &Path, config: DeciderConfig) -> Result<Self, DeciderError> {
+        let file = qwen35::gguf::GgufFile::open(path)?;
+        Ok(Self { tokenizer: Tokenizer::from_gguf(&file)?, config })
+    }
+
     /// The demo model's tokenizer (the Qwen3.5 test tokenizer) and config.
     pub fn demo() -> Self {
         Self {

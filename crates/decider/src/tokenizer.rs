@@ -67,6 +67,11 @@ impl Tokenizer {
         let inner = read_bpe_directly(json)
             .unwrap_or_else(|| tokenizers::Tokenizer::from_bytes(json).map_err(|e| e.to_string()))
             .map_err(|e| DeciderError::Tokenizer(format!("cannot read tokenizer.json: {e}")))?;
+        Self::new(inner)
+    }
+
+    /// A `tokenizers` tokenizer with its option labels.
+    pub(crate) fn new(inner: tokenizers::Tokenizer) -> Result<Self, DeciderError> {
         // The model's tokens and the added tokens that are not among them.
         let added = inner
             .get_added_tokens_decoder()

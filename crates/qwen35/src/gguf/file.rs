@@ -170,6 +170,18 @@ impl GgufFile {
         Ok((tensor, &self.map[tensor.start..tensor.start + tensor.bytes]))
     }
 
+    /// Hands tensor `name`'s pages of the file back to the kernel once it is read and held
+    /// elsewhere: the resident memory of a load grows by what it keeps, not by the file's size.
+    pub fn release(&self, name: &str) {
+        let Some(tensor) = self.tensors.get(name) else { return };
+        #[cfg(unix)]
+        // SAFETY: the map is a shared, read-only map of a file, and the tensor's bytes are no
+        // longer read: dropped pages are read again from the file if touched again (the first
+        // and last page may hold a neighbour's bytes).
+        let _ =
+            unsafe { self.map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, tensor.start, tensor.bytes) };
+    }
+
     /// Tensor `name`'s values as f32, dequantized as llama.cpp dequantizes them.
     pub fn f32(&self, name: &str) -> Result<Vec<f32>, LoadError> {
         let (tensor, bytes) = self.tensor(name)?;

@@ -197,7 +197,9 @@ impl<'a> GgufSource<'a> {
     ) -> Result<WeightValues, LoadError> {
         let (ggml_type, bytes) = self.read(name, expected, heads)?;
         let d_in = expected.last().copied().unwrap_or(1);
-        values_in(name, ggml_type, &bytes, d_in, format)
+        let values = values_in(name, ggml_type, &bytes, d_in, format);
+        self.file.release(name);
+        values
     }
 }
 
@@ -212,6 +214,7 @@ impl TensorSource for GgufSource<'_> {
         let [file_name] = stored.names.as_slice() else { unreachable!("a tensor read as f32 is stored as one") };
         let (ggml_type, bytes) = self.read(file_name, shape, stored.heads)?;
         let mut values = dequantized(ggml_type, &bytes);
+        self.file.release(file_name);
         match stored.value {
             Value::AsIs => {}
             Value::PlusOne => values.par_iter_mut().for_each(|v| *v -= 1.0),
