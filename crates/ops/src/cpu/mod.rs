@@ -13,6 +13,8 @@ pub mod bf16_dot;
 #[cfg(target_arch = "x86_64")]
 pub mod integer_dot;
 mod isa;
+#[cfg(target_arch = "x86_64")]
+mod out_ptr;
 
 /// The integer-dot kernel the block formats' products run on this CPU, if any (and so the
 /// order their layouts give the weights).

@@ -22,6 +22,7 @@ use std::arch::x86_64::*;
 
 use rayon::prelude::*;
 
+use crate::cpu::out_ptr::OutPtr;
 use crate::instructions::{Instructions, instruction_ceiling};
 
 mod avx512;
@@ -124,7 +125,7 @@ pub fn bf16_matmul(isa: Bf16Isa, x: &[f32], n: usize, bits: &[u16], d_out: usize
     }
     // Not zeroed first: the tiles store every value.
     let mut out = Vec::<f32>::with_capacity(n * d_out);
-    let out_ptr = OutPtr(out.as_mut_ptr());
+    let out_ptr = OutPtr::new(&mut out);
     match isa {
         Bf16Isa::Avx512Bf16 => {
             // SAFETY: the CPU runs the kernel (asserted above).
@@ -227,19 +228,3 @@ const FMA_PANEL_ROWS: usize = 64;
 /// The bytes of bf16 weights a task of the bf16 dot reads for every tile of tokens: at most a
 /// quarter of a Zen 4 core's 1 MiB L2 cache, so that the activations' tiles fit beside them.
 const PANEL_BYTES: usize = 256 << 10;
-
-/// The output's start, shared by the tasks, which write disjoint columns.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: see `bf16_matmul`: each task writes only its own panel's columns.
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
-
-impl OutPtr {
-    /// # Safety
-    /// `offset` is within the output.
-    unsafe fn at(self, offset: usize) -> *mut f32 {
-        // SAFETY: the caller's.
-        unsafe { self.0.add(offset) }
-    }
-}

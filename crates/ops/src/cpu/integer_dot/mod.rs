@@ -22,6 +22,7 @@
 use half::f16;
 use rayon::prelude::*;
 
+use crate::cpu::out_ptr::OutPtr;
 use crate::instructions::{Instructions, instruction_ceiling};
 use crate::{ActivationBits, Q4_ACTIVATION_BITS, Q4_BLOCK, Q8_BLOCK};
 use kernel::{Activations, Format, Group, Kernel, Q4, Q8, Rounding};
@@ -239,7 +240,7 @@ fn matmul<K: Kernel, F: Format, T: Rounding>(
     let mut out = Vec::<f32>::with_capacity(n * d_out);
     let (values, xs, sums) = round_activations::<K, T>(x, n, d_in);
     let activations = Activations { values: &values, scales: &xs, sums: &sums, blocks };
-    let out_ptr = OutPtr(out.as_mut_ptr());
+    let out_ptr = OutPtr::new(&mut out);
     // Tokens in passes whose activations stay in the cache while every group reads them: read
     // for each group, all of 16 batched decisions' down_proj inputs (24 MB) and the weight
     // outgrew the L3 cache. The weights, read once a pass, are the smaller stream.
@@ -298,19 +299,3 @@ fn pass_tokens<K: Kernel, T: Rounding>(d_in: usize) -> usize {
 /// host with 32 MiB L3 (`cargo bench -p decider-ops --bench ops -- Avx512Vnni`): 12 % faster than
 /// one pass; 2 and 8 MiB within 2 % of this; 256 and 512 KiB (an L2 cache) slower than one pass.
 pub const PASS_BYTES: usize = 4 << 20;
-
-/// The output's start, shared by the tasks, which write disjoint columns.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: see `matmul`: each task writes only its own group's columns.
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
-
-impl OutPtr {
-    /// # Safety
-    /// `offset` is within the output.
-    unsafe fn at(self, offset: usize) -> *mut f32 {
-        // SAFETY: the caller's.
-        unsafe { self.0.add(offset) }
-    }
-}
