@@ -4,7 +4,10 @@
 
 use std::process::Command;
 
-use integration_tests::{Reference, fixture_path, relative_check};
+use decider_ops::GgmlType;
+use integration_tests::gguf_writer::{Part, write_gguf};
+use integration_tests::{Reference, dense_with_vocab, fixture_path, relative_check};
+use qwen35::gguf::GgufFile;
 
 fn decider() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_decider"));
@@ -47,16 +50,91 @@ fn forward_reads_a_gguf_file() {
     println!("moe-bf16.gguf --weights auto: logits within {error:.1e} of the checkpoint's in bf16");
 }
 
+/// The committed vocabulary file, unpacked into `dir`.
+fn vocab_file(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("vocab.gguf");
+    let mut file = std::fs::File::create(&path).unwrap();
+    let gz = std::fs::File::open(fixture_path("gguf/vocab.gguf.gz")).unwrap();
+    std::io::copy(&mut flate2::read::GzDecoder::new(gz), &mut file).unwrap();
+    path
+}
+
+/// `decider decide` answers from a GGUF file as from the checkpoint it holds: a file composed of
+/// parts llama.cpp's tools made (the dense BF16 file's settings and tensors, the vocabulary file's
+/// tokenizer) and an embedding of the tokenizer's 248,320 rows (that of the folder), beside a
+/// `decider_config.json`, gives the answers of the folder with the same weights, tokenizer and
+/// config, both held as stored (bf16).
+#[test]
+fn decide_answers_from_a_gguf_file_as_from_its_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let vocab = GgufFile::open(vocab_file(dir.path())).unwrap();
+    let rows = 248_320;
+    let folder = dense_with_vocab(rows, None);
+    std::fs::write(folder.path().join("tokenizer.json"), decider::Tokenizer::test_tokenizer_json()).unwrap();
+    let config = r#"{"temperature": 1.3, "isolated_levels": true}"#;
+    std::fs::write(folder.path().join("decider_config.json"), config).unwrap();
+    std::fs::write(dir.path().join("decider_config.json"), config).unwrap();
+
+    let checkpoint = std::fs::read(folder.path().join("model.safetensors")).unwrap();
+    let checkpoint = safetensors::SafeTensors::deserialize(&checkpoint).unwrap();
+    let embeddings = checkpoint.tensor("model.embed_tokens.weight").unwrap();
+    assert_eq!(embeddings.dtype(), safetensors::Dtype::BF16);
+    let dense = GgufFile::open(fixture_path("gguf/dense-bf16.gguf")).unwrap();
+    let metadata: Vec<_> = dense
+        .metadata()
+        .iter()
+        .filter(|(key, _)| !key.starts_with("tokenizer."))
+        .chain(vocab.metadata().iter().filter(|(key, _)| key.starts_with("tokenizer.")))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    let tensors: Vec<Part> = dense
+        .tensors()
+        .iter()
+        .map(|(name, tensor)| match name.as_str() {
+            "token_embd.weight" => Part {
+                name: name.clone(),
+                dims: embeddings.shape().to_vec(),
+                ggml_type: GgmlType::Bf16,
+                bytes: embeddings.data().to_vec(),
+            },
+            _ => Part {
+                name: name.clone(),
+                dims: tensor.dims.clone(),
+                ggml_type: tensor.ggml_type,
+                bytes: dense.tensor(name).unwrap().1.to_vec(),
+            },
+        })
+        .collect();
+    let gguf = dir.path().join("dense.gguf");
+    write_gguf(&gguf, &metadata, &tensors);
+
+    let decide = |model: &std::path::Path| {
+        let output = decider()
+            .args(["decide", "--backend", "ndarray", "--model"])
+            .arg(model)
+            .args(["--state", "My card was charged twice this month and nobody answers my emails."])
+            .args([
+                "--question",
+                r#"{"type": "choice", "instructions": "Which team?", "options": ["billing", "technical", "sales"]}"#,
+            ])
+            .args(["--question", r#"{"type": "noul", "instructions": "Is the customer angry?"}"#])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}: {}", model.display(), String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let (from_file, from_folder) = (decide(&gguf), decide(folder.path()));
+    assert!(from_file.contains(r#""choice""#) && from_file.contains(r#""noul""#), "{from_file}");
+    assert_eq!(from_file, from_folder);
+}
+
 /// `decider prompt` builds the same rows from a GGUF file's vocabulary (the converter's
 /// `--vocab-only` file of the committed tokenizer) as from that `tokenizer.json`; without a
 /// `decider_config.json` beside the file it says what is missing.
 #[test]
 fn prompt_reads_the_tokenizer_of_a_gguf_file_and_the_settings_beside_it() {
     let dir = tempfile::tempdir().unwrap();
-    let gguf = dir.path().join("vocab.gguf");
-    let mut file = std::fs::File::create(&gguf).unwrap();
-    let gz = std::fs::File::open(fixture_path("gguf/vocab.gguf.gz")).unwrap();
-    std::io::copy(&mut flate2::read::GzDecoder::new(gz), &mut file).unwrap();
+    let gguf = vocab_file(dir.path());
     let request = r#"{"state": {"ticket": "Charged twice, nobody answers"}, "questions": {"team": {"type": "choice", "instructions": "Which team?", "options": ["billing", "technical", "sales"]}, "angry": {"type": "noul", "instructions": "Is the customer angry?"}}}"#;
     let prompt = |model: &std::path::Path| {
         decider().args(["prompt", "--model"]).arg(model).args(["--request", request]).output().unwrap()
