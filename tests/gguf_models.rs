@@ -7,14 +7,17 @@
 //!   values of llama.cpp's own dequantization, which `gguf.rs` holds to the `gguf` package's;
 //! - llama.cpp's Q8_0 blocks are the ones `decider quantize --to q8` makes, so a Q8_0 file and
 //!   a q8 load of its checkpoint give the same logits;
+//! - files converted with the multi-token-prediction layers, or with the experts' gate and up
+//!   projections fused, give the same model;
 //! - a file that is not what the configuration says is refused with a message naming the key or
 //!   tensor.
 
 use burn::backend::NdArray;
-use decider_ops::{dequantize_q4, dequantize_q8};
+use decider_ops::{GgmlType, dequantize_q4, dequantize_q8};
+use integration_tests::gguf_writer::{Part, write_gguf};
 use integration_tests::{MODELS, Reference, assert_close, fixture_copy, fixture_path, relative_check, rewrite_tensors};
 use qwen35::checkpoint::Checkpoint;
-use qwen35::gguf::{GgufFile, GgufSource, config_of, load_gguf};
+use qwen35::gguf::{GgufFile, GgufSource, Value, config_of, load_gguf};
 use qwen35::loader::{Load, TensorSource};
 use qwen35::weight::WeightValues;
 use qwen35::weight_format::{WeightUse, held_format};
@@ -266,4 +269,113 @@ fn a_file_that_is_not_what_its_settings_say_is_refused_naming_the_key_or_tensor(
         }
         Ok(_) => panic!("a Q8_0 file loaded in q4"),
     }
+}
+
+/// The parts of `file`: its metadata and its tensors, to be written again changed.
+fn parts(file: &GgufFile) -> (Vec<(String, Value)>, Vec<Part>) {
+    let metadata = file.metadata().iter().map(|(key, value)| (key.clone(), value.clone())).collect();
+    let tensors = file
+        .tensors()
+        .iter()
+        .map(|(name, tensor)| Part {
+            name: name.clone(),
+            dims: tensor.dims.clone(),
+            ggml_type: tensor.ggml_type,
+            bytes: file.tensor(name).unwrap().1.to_vec(),
+        })
+        .collect();
+    (metadata, tensors)
+}
+
+/// The logits of the model of GGUF file `path` on the reference's `len7` ids, in f32.
+fn logits(path: &std::path::Path) -> Vec<f32> {
+    let device = Default::default();
+    let (_, model) = load_gguf::<B>(path, WeightFormat::F32, &device).unwrap();
+    let ids = Reference::open("moe").input_ids("len7", &device);
+    model.forward(ids).into_data().to_vec::<f32>().unwrap()
+}
+
+/// A file converted without `--no-mtp` counts the multi-token-prediction layers in
+/// `block_count` (after the model's, not recurrent) and names their number in
+/// `nextn_predict_layers`: the model is the same without them. And a file converted with
+/// `--fuse-gate-up-exps` holds each layer's experts' gate and up projections in one
+/// `ffn_gate_up_exps` tensor, `[E, 2I, H]` as the checkpoint: the same model again.
+#[test]
+fn the_mtp_layers_and_fused_experts_leave_the_model_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = GgufFile::open(gguf_path("moe", "bf16")).unwrap();
+    let expected = logits(&gguf_path("moe", "bf16"));
+    let config = config_of(&file).unwrap();
+    let layers = config.num_hidden_layers;
+
+    let (mut metadata, mut tensors) = parts(&file);
+    for (key, value) in &mut metadata {
+        match key.as_str() {
+            "qwen35moe.block_count" => *value = Value::U32(layers as u32 + 1),
+            "qwen35moe.attention.recurrent_layers" => {
+                let Value::Array(qwen35::gguf::Array::Bool(recurrent)) = value else { panic!("{value:?}") };
+                recurrent.push(false);
+            }
+            _ => {}
+        }
+    }
+    metadata.push(("qwen35moe.nextn_predict_layers".into(), Value::U32(1)));
+    // The MTP block: a full-attention layer's tensors (the last layer's, changed) as `blk.{layers}`.
+    let last = format!("blk.{}.", layers - 1);
+    let mtp: Vec<Part> = tensors
+        .iter()
+        .filter(|part| part.name.starts_with(&last))
+        .map(|part| Part {
+            name: part.name.replacen(&last, &format!("blk.{layers}."), 1),
+            dims: part.dims.clone(),
+            ggml_type: part.ggml_type,
+            bytes: part.bytes.iter().map(|b| b ^ 0x10).collect(),
+        })
+        .collect();
+    assert!(mtp.len() > 10, "{} MTP tensors", mtp.len());
+    tensors.extend(mtp);
+    let with_mtp = dir.path().join("mtp.gguf");
+    write_gguf(&with_mtp, &metadata, &tensors);
+    let read = config_of(&GgufFile::open(&with_mtp).unwrap()).unwrap();
+    assert_eq!(read, config);
+    assert_eq!(logits(&with_mtp), expected, "with an MTP layer");
+    // More MTP layers than blocks is refused, naming the keys.
+    let (mut metadata, tensors) = parts(&file);
+    metadata.push(("qwen35moe.nextn_predict_layers".into(), Value::U32(layers as u32)));
+    let no_layers = dir.path().join("no-layers.gguf");
+    write_gguf(&no_layers, &metadata, &tensors);
+    let message = config_of(&GgufFile::open(&no_layers).unwrap()).unwrap_err().to_string();
+    assert!(message.contains("`qwen35moe.nextn_predict_layers` is 4: no layers are left"), "{message}");
+
+    // Fused experts: each layer's gate and up stacks concatenated along `out`, per expert.
+    let (metadata, tensors) = parts(&file);
+    let mut fused = Vec::new();
+    for part in &tensors {
+        if let Some(layer) = part.name.strip_suffix("ffn_gate_exps.weight") {
+            let up = tensors.iter().find(|p| p.name == format!("{layer}ffn_up_exps.weight")).unwrap();
+            let [experts, rows, width] = part.dims[..] else { panic!("{:?}", part.dims) };
+            assert_eq!((part.ggml_type, up.ggml_type), (GgmlType::Bf16, GgmlType::Bf16));
+            let each = rows * width * 2;
+            let bytes = (0..experts)
+                .flat_map(|e| [&part.bytes[e * each..(e + 1) * each], &up.bytes[e * each..(e + 1) * each]].concat())
+                .collect();
+            fused.push(Part {
+                name: format!("{layer}ffn_gate_up_exps.weight"),
+                dims: vec![experts, 2 * rows, width],
+                ggml_type: GgmlType::Bf16,
+                bytes,
+            });
+        } else if !part.name.ends_with("ffn_up_exps.weight") {
+            fused.push(Part {
+                name: part.name.clone(),
+                dims: part.dims.clone(),
+                ggml_type: part.ggml_type,
+                bytes: part.bytes.clone(),
+            });
+        }
+    }
+    assert_eq!(fused.len(), tensors.len() - layers);
+    let with_fused = dir.path().join("fused.gguf");
+    write_gguf(&with_fused, &metadata, &fused);
+    assert_eq!(logits(&with_fused), expected, "with fused experts");
 }

@@ -2,7 +2,8 @@
 //! it), `demo` (a tiny random-weight Qwen3.5 built in memory, with
 //! the Qwen3.5 test tokenizer; it needs nothing on disk), `random:CONFIG` (the demo's random
 //! weights and tokenizer at the widths of a `config.json`, for speed and memory measurements), or
-//! a Hugging Face Hub id such as `Mapika/decider-2b` (downloaded into the Hub cache on first use,
+//! a Hugging Face Hub id such as `Mapika/decider-2b`, or a GGUF file of a Hub repository such as
+//! `Mapika/decider-2b-GGUF/decider-2b-Q8_0.gguf` (downloaded into the Hub cache on first use,
 //! feature `hub`).
 
 use std::path::{Path, PathBuf};
@@ -38,6 +39,12 @@ pub enum ModelSource {
     Gguf(PathBuf),
     /// `owner/name` on the Hugging Face Hub.
     Hub(String),
+    /// `owner/name/FILE.gguf`: a GGUF file of a Hub repository (with the repository's
+    /// `decider_config.json`).
+    HubGguf {
+        id: String,
+        file: String,
+    },
 }
 
 impl FromStr for ModelSource {
@@ -57,16 +64,23 @@ impl FromStr for ModelSource {
         if path.is_dir() {
             return Ok(Self::Folder(path));
         }
-        if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
-            return match path.is_file() {
-                true => Ok(Self::Gguf(path)),
-                false => Err(format!("{s}: no such GGUF file")),
-            };
+        let is_gguf = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+        if is_gguf && path.is_file() {
+            return Ok(Self::Gguf(path));
         }
-        let hub_id = matches!(s.split('/').collect::<Vec<_>>()[..], [owner, name] if !owner.is_empty() && !name.is_empty() && !s.starts_with('.'))
-            && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c));
-        if hub_id {
-            return Ok(Self::Hub(s.to_string()));
+        let hub_name = |part: &str| !part.is_empty() && !part.starts_with('.');
+        let hub_chars = s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c));
+        match s.split('/').collect::<Vec<_>>()[..] {
+            [owner, name] if !is_gguf && hub_name(owner) && hub_name(name) && hub_chars => {
+                return Ok(Self::Hub(s.to_string()));
+            }
+            [owner, name, file] if is_gguf && hub_name(owner) && hub_name(name) && hub_name(file) && hub_chars => {
+                return Ok(Self::HubGguf { id: format!("{owner}/{name}"), file: file.to_string() });
+            }
+            _ if is_gguf => {
+                return Err(format!("{s}: no such GGUF file (nor a Hub repository's: owner/name/FILE.gguf)"));
+            }
+            _ => {}
         }
         Err(format!(
             "{s} is not a model folder (a folder with config.json, the weights, tokenizer.json and decider_config.json), a GGUF file (*.gguf), a Hub id (owner/name), `demo`, nor `random:CONFIG`"
@@ -82,23 +96,21 @@ impl std::fmt::Display for ModelSource {
             Self::Random(config) => write!(f, "random:{}", config.display()),
             Self::Folder(dir) | Self::Gguf(dir) => write!(f, "{}", dir.display()),
             Self::Hub(id) => f.write_str(id),
+            Self::HubGguf { id, file } => write!(f, "{id}/{file}"),
         }
     }
 }
 
 /// `--model`'s help, the same on every command that loads a model.
-pub const MODEL_HELP: &str = "Model: a folder (config.json, safetensors, tokenizer.json, decider_config.json), a GGUF file (decider_config.json beside it), a Hugging Face Hub id (owner/name), `demo` (random weights, runs offline) or `random:CONFIG` (random weights at the widths of a config.json)";
+pub const MODEL_HELP: &str = "Model: a folder (config.json, safetensors, tokenizer.json, decider_config.json), a GGUF file (decider_config.json beside it), a Hugging Face Hub id (owner/name) or a GGUF file of one (owner/name/FILE.gguf), `demo` (random weights, runs offline) or `random:CONFIG` (random weights at the widths of a config.json)";
 
 impl ModelSource {
     /// The tokenizer and `decider_config.json` only (no weights).
     pub fn prompter(&self) -> anyhow::Result<Prompter> {
         let dir = match self {
             Self::Demo | Self::Random(_) => return Ok(Prompter::demo()),
-            Self::Gguf(path) => {
-                return Prompter::from_gguf(path).with_context(|| {
-                    format!("reading the tokenizer of {} and the decider_config.json beside it", path.display())
-                });
-            }
+            Self::Gguf(path) => return gguf_prompter(path),
+            Self::HubGguf { id, file } => return gguf_prompter(&hub::download_gguf(id, file)?),
             Self::Folder(dir) => dir.clone(),
             Self::Hub(id) => hub::download(id, false)?,
         };
@@ -165,6 +177,7 @@ impl ModelSource {
             Self::Folder(dir) => Weights::Folder(dir.clone()),
             Self::Gguf(path) => Weights::Gguf(path.clone()),
             Self::Hub(id) => Weights::Folder(hub::download(id, true)?),
+            Self::HubGguf { id, file } => Weights::Gguf(hub::download_gguf(id, file)?),
         })
     }
 
@@ -172,6 +185,12 @@ impl ModelSource {
     pub fn is_random(&self) -> bool {
         matches!(self, Self::Demo | Self::Random(_))
     }
+}
+
+/// The tokenizer of GGUF file `path` and the `decider_config.json` beside it.
+fn gguf_prompter(path: &Path) -> anyhow::Result<Prompter> {
+    Prompter::from_gguf(path)
+        .with_context(|| format!("reading the tokenizer of {} and the decider_config.json beside it", path.display()))
 }
 
 /// What a command reads from a model folder.
@@ -256,6 +275,21 @@ mod hub {
         }
         Ok(config.parent().expect("a downloaded file has a folder").to_path_buf())
     }
+
+    /// GGUF file `file` of repository `id`, with the repository's `decider_config.json` beside it
+    /// (which a decision needs: a GGUF file does not carry it).
+    pub fn download_gguf(id: &str, file: &str) -> anyhow::Result<PathBuf> {
+        let failed = |what: &str| {
+            format!(
+                "downloading {what} of {id} from the Hugging Face Hub (offline? download the file and pass its path)"
+            )
+        };
+        let repo = Api::new().with_context(|| failed(file))?.model(id.to_string());
+        let path = repo.get(file).with_context(|| failed(file))?;
+        repo.get("decider_config.json")
+            .with_context(|| failed("decider_config.json, which decider needs beside a GGUF file,"))?;
+        Ok(path)
+    }
 }
 
 #[cfg(not(feature = "hub"))]
@@ -263,6 +297,12 @@ mod hub {
     pub fn download(id: &str, _weights: bool) -> anyhow::Result<std::path::PathBuf> {
         anyhow::bail!(
             "{id} looks like a Hub id, but this build has no Hub support (feature `hub`); download the folder and pass its path"
+        )
+    }
+
+    pub fn download_gguf(id: &str, file: &str) -> anyhow::Result<std::path::PathBuf> {
+        anyhow::bail!(
+            "{id}/{file} looks like a Hub repository's GGUF file, but this build has no Hub support (feature `hub`); download the file and pass its path"
         )
     }
 }

@@ -18,6 +18,7 @@ use crate::prompt::{Plan, Row};
 use crate::prompter::Prompter;
 use crate::readout::probabilities;
 use crate::schedule::{batches, schedule};
+use crate::tokenizer::Tokenizer;
 use crate::wire::{SystemOneRequest, SystemOneResponse, Usage};
 use crate::working_memory::WorkingMemory;
 
@@ -67,8 +68,9 @@ impl<B: Qwen35Ops> Decider<B> {
     ) -> Result<Self, DeciderError> {
         let path = path.as_ref();
         let config = DeciderConfig::beside_gguf(path)?;
-        let prompter = || Prompter::gguf_with_config(path, config);
-        let network = || Ok(qwen35::gguf::load_gguf::<B>(path, weights, device)?.1);
+        let file = qwen35::gguf::GgufFile::open(path)?;
+        let prompter = || Ok(Prompter { tokenizer: Tokenizer::from_gguf(&file)?, config });
+        let network = || Ok(qwen35::gguf::model_of::<B>(&file, weights, device)?.1);
         Self::build(prompter, network, device, path.display().to_string())
     }
 

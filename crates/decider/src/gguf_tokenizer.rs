@@ -31,6 +31,12 @@ const PIPELINES: [(&str, &str); 1] = [(
     }"#,
 )];
 
+/// The pipeline of pre-tokenizer `pre` (a `tokenizer.json` without its model's vocabulary and
+/// merges and without added tokens), if this build knows it.
+pub fn pipeline(pre: &str) -> Option<&'static str> {
+    PIPELINES.iter().find(|(name, _)| *name == pre).map(|(_, pipeline)| *pipeline)
+}
+
 /// llama.cpp's token types (`enum llama_token_type`) that are not the model's own tokens: the
 /// added tokens (special ones are `CONTROL`) and the padding rows of the embedding.
 const CONTROL: i32 = 3;
@@ -59,7 +65,7 @@ impl Tokenizer {
             return Err(refuse(format!("its tokenizer is `{model}`, not a byte-level BPE (`gpt2`)")));
         }
         let pre = string("tokenizer.ggml.pre")?;
-        let Some((_, pipeline)) = PIPELINES.iter().find(|(name, _)| *name == pre) else {
+        let Some(pipeline) = pipeline(pre) else {
             let known: Vec<&str> = PIPELINES.iter().map(|(name, _)| *name).collect();
             return Err(refuse(format!("its pre-tokenizer is `{pre}`; this build knows {}", known.join(", "))));
         };

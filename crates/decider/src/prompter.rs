@@ -34,11 +34,7 @@ impl Prompter {
     /// The tokenizer of GGUF file `path`, built from its vocabulary, and the `decider_config.json`
     /// beside it ([`DeciderConfig::beside_gguf`]).
     pub fn from_gguf(path: &Path) -> Result<Self, DeciderError> {
-        Self::gguf_with_config(path, DeciderConfig::beside_gguf(path)?)
-    }
-
-    /// The tokenizer of GGUF file `path`, with its `decider_config.json` already read.
-    pub fn gguf_with_config(path: &Path, config: DeciderConfig) -> Result<Self, DeciderError> {
+        let config = DeciderConfig::beside_gguf(path)?;
         let file = qwen35::gguf::GgufFile::open(path)?;
         Ok(Self { tokenizer: Tokenizer::from_gguf(&file)?, config })
     }

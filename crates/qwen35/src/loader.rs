@@ -3,9 +3,8 @@
 //! holds them in the format [`held_format`] gives, so a model is built filled, never filled after.
 //!
 //! The sources: a safetensors checkpoint or quantized folder ([`crate::weights`]), a GGUF file
-//! ([`crate::gguf`]), seeded random
-//! weights ([`crate::seeded`]); without a source the loader builds the model lazily (shapes
-//! only, values made on first use: burn's `Config::init`). [`Load::reading_only`] reads every
+//! ([`crate::gguf`]), seeded random weights ([`crate::seeded`]); without a source the loader
+//! builds the model lazily (shapes only, values made on first use: burn's `Config::init`). [`Load::reading_only`] reads every
 //! tensor and holds none: `decider quantize` writes what it reads ([`crate::quantize`]).
 //!
 //! Names: each module passes the names its checkpoint uses (`linear_attn`, `A_log`,

@@ -154,6 +154,14 @@ fn bad_arguments_say_what_is_wrong() {
     // A Hub id that cannot be fetched (no network here, or no such repository) says which.
     let (ok, _, stderr) = decider(&["info", "--model", "nobody-here/no-such-decider"]);
     assert!(!ok && stderr.contains("downloading nobody-here/no-such-decider from the Hugging Face Hub"), "{stderr}");
+    // So does a Hub repository's GGUF file; a GGUF path that is neither a file nor one says so.
+    let (ok, _, stderr) = decider(&["info", "--model", "nobody-here/no-such-decider/model-Q8_0.gguf"]);
+    assert!(
+        !ok && stderr.contains("downloading model-Q8_0.gguf of nobody-here/no-such-decider from the Hugging Face Hub"),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = decider(&["info", "--model", "/no/such/model.gguf"]);
+    assert!(!ok && stderr.contains("/no/such/model.gguf: no such GGUF file"), "{stderr}");
 }
 
 /// `random:CONFIG`: the demo's random weights and tokenizer at a config's widths (here the MoE

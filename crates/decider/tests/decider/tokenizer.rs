@@ -127,3 +127,18 @@ fn a_gguf_file_without_a_known_tokenizer_is_refused() {
     let error = Tokenizer::from_gguf(&gguf).err().expect("a file without a vocabulary").to_string();
     assert!(error.contains("it has no `tokenizer.ggml.model`"), "{error}");
 }
+
+/// The pipeline a GGUF file's tokenizer is built with (`decider::gguf_tokenizer`, for
+/// `tokenizer.ggml.pre` = `qwen35`) is the committed Qwen3.5 `tokenizer.json`'s, part for part, and
+/// so is the one BPE option it sets.
+#[test]
+fn the_gguf_pipeline_is_the_tokenizer_jsons() {
+    let json: serde_json::Value = serde_json::from_slice(&Tokenizer::test_tokenizer_json()).unwrap();
+    let pipeline: serde_json::Value =
+        serde_json::from_str(decider::gguf_tokenizer::pipeline("qwen35").unwrap()).unwrap();
+    for part in ["normalizer", "pre_tokenizer", "post_processor", "decoder"] {
+        assert_eq!(pipeline[part], json[part], "{part}");
+    }
+    assert_eq!(json["model"]["ignore_merges"], serde_json::Value::Bool(true));
+    assert_eq!(decider::gguf_tokenizer::pipeline("llama3"), None);
+}

@@ -50,16 +50,30 @@ pub fn config_of(file: &GgufFile) -> Result<Qwen35Config, LoadError> {
             key("ssm.time_step_rank")
         )));
     }
-    let layers = int("block_count")?;
-    let recurrent = keys.bools(&key("attention.recurrent_layers")).map_err(refuse)?;
-    if recurrent.len() != layers {
+    // The converter counts the multi-token-prediction layers in `block_count` (after the
+    // model's own, not recurrent) and says how many there are: a decision runs without them.
+    let blocks = int("block_count")?;
+    let mtp = match file.metadata().contains_key(&key("nextn_predict_layers")) {
+        true => int("nextn_predict_layers")?,
+        false => 0,
+    };
+    let Some(layers) = blocks.checked_sub(mtp).filter(|&layers| layers > 0) else {
         return Err(refuse(format!(
-            "`{}` lists {} layers but `{}` is {layers}",
+            "`{}` is {blocks} but `{}` is {mtp}: no layers are left for the model",
+            key("block_count"),
+            key("nextn_predict_layers")
+        )));
+    };
+    let recurrent = keys.bools(&key("attention.recurrent_layers")).map_err(refuse)?;
+    if recurrent.len() != blocks {
+        return Err(refuse(format!(
+            "`{}` lists {} layers but `{}` is {blocks}",
             key("attention.recurrent_layers"),
             recurrent.len(),
             key("block_count")
         )));
     }
+    let recurrent = &recurrent[..layers];
     let layer_types: Vec<&str> =
         recurrent.iter().map(|&linear| if linear { "linear_attention" } else { "full_attention" }).collect();
     let mut config = json!({

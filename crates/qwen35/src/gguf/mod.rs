@@ -5,9 +5,11 @@
 
 mod config;
 mod file;
+mod heads;
+mod held;
 mod names;
 mod source;
 
 pub use config::config_of;
 pub use file::{Array, GgufFile, GgufTensor, MAX_ARRAY, MAX_ENTRIES, MAX_KEY, MAX_NAME, Metadata, Tensors, Value};
-pub use source::{GgufSource, load_gguf};
+pub use source::{GgufSource, load_gguf, model_of};

@@ -5,11 +5,12 @@
 //! The checkpoint's names are those of `save_pretrained` output (text model under `model.`, the
 //! output head `lm_head` at the root); a layer's tensors are under `blk.{i}.` in the file. Files
 //! converted without `--no-mtp` also hold the multi-token-prediction layers, after the model's
-//! own; a decision reads no draft tokens, so they are never asked for.
+//! own (counted in `{arch}.block_count`, their number in `{arch}.nextn_predict_layers`); a
+//! decision reads no draft tokens, so the settings leave them out and they are never asked for.
 
 /// What the converter did to a tensor's values, undone when it is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Value {
+pub enum Transform {
     /// Stored as it is.
     AsIs,
     /// An RMSNorm weight `w` (the model scales by `1 + w`) stored as `1 + w`, the scale llama.cpp
@@ -49,7 +50,10 @@ pub struct Stored {
     /// The file's tensors it is made of: one, or the routed experts' gate and up projections,
     /// which the checkpoint fuses along `out` (each expert's gate rows, then its up rows).
     pub names: Vec<String>,
-    pub value: Value,
+    /// The one tensor that holds those parts already fused as the checkpoint has them, in files
+    /// converted with `--fuse-gate-up-exps`; read instead of them where the file has it.
+    pub fused: Option<String>,
+    pub transform: Transform,
     pub heads: Heads,
 }
 
@@ -58,16 +62,17 @@ pub struct Stored {
 struct Rule {
     checkpoint: &'static str,
     file: &'static [&'static str],
-    value: Value,
+    fused: Option<&'static str>,
+    transform: Transform,
     heads: Heads,
 }
 
 const fn rule(checkpoint: &'static str, file: &'static [&'static str]) -> Rule {
-    Rule { checkpoint, file, value: Value::AsIs, heads: Heads::None }
+    Rule { checkpoint, file, fused: None, transform: Transform::AsIs, heads: Heads::None }
 }
 
 const fn norm(checkpoint: &'static str, file: &'static [&'static str]) -> Rule {
-    Rule { value: Value::PlusOne, ..rule(checkpoint, file) }
+    Rule { transform: Transform::PlusOne, ..rule(checkpoint, file) }
 }
 
 const fn heads(checkpoint: &'static str, file: &'static [&'static str], heads: Heads) -> Rule {
@@ -99,7 +104,7 @@ const LAYER: [Rule; 27] = [
     heads("linear_attn.in_proj_b.weight", &["ssm_beta.weight"], V_SCALARS),
     heads("linear_attn.out_proj.weight", &["ssm_out.weight"], Heads::Columns),
     rule("linear_attn.norm.weight", &["ssm_norm.weight"]),
-    Rule { value: Value::NegExp, ..heads("linear_attn.A_log", &["ssm_a"], V_SCALARS) },
+    Rule { transform: Transform::NegExp, ..heads("linear_attn.A_log", &["ssm_a"], V_SCALARS) },
     heads("linear_attn.dt_bias", &["ssm_dt.bias"], V_SCALARS),
     // The conv's channels are `[q | k | v]`, one row of taps each.
     heads(
@@ -120,7 +125,10 @@ const LAYER: [Rule; 27] = [
     rule("mlp.down_proj.weight", &["ffn_down.weight"]),
     // Sparse MoE.
     rule("mlp.gate.weight", &["ffn_gate_inp.weight"]),
-    rule("mlp.experts.gate_up_proj", &["ffn_gate_exps.weight", "ffn_up_exps.weight"]),
+    Rule {
+        fused: Some("ffn_gate_up_exps.weight"),
+        ..rule("mlp.experts.gate_up_proj", &["ffn_gate_exps.weight", "ffn_up_exps.weight"])
+    },
     rule("mlp.experts.down_proj", &["ffn_down_exps.weight"]),
     rule("mlp.shared_expert.gate_proj.weight", &["ffn_gate_shexp.weight"]),
     rule("mlp.shared_expert.up_proj.weight", &["ffn_up_shexp.weight"]),
@@ -135,7 +143,8 @@ pub fn stored(name: &str) -> Option<Stored> {
         let rule = rules.iter().find(|rule| rule.checkpoint == within)?;
         Some(Stored {
             names: rule.file.iter().map(|file| format!("{prefix}{file}")).collect(),
-            value: rule.value,
+            fused: rule.fused.map(|fused| format!("{prefix}{fused}")),
+            transform: rule.transform,
             heads: rule.heads,
         })
     };
@@ -167,8 +176,12 @@ mod tests {
             one("model.layers.3.mlp.experts.gate_up_proj"),
             Some(vec!["blk.3.ffn_gate_exps.weight".into(), "blk.3.ffn_up_exps.weight".into()])
         );
-        assert_eq!(stored("model.layers.0.input_layernorm.weight").unwrap().value, Value::PlusOne);
-        assert_eq!(stored("model.layers.0.linear_attn.norm.weight").unwrap().value, Value::AsIs);
+        assert_eq!(
+            stored("model.layers.3.mlp.experts.gate_up_proj").unwrap().fused.as_deref(),
+            Some("blk.3.ffn_gate_up_exps.weight")
+        );
+        assert_eq!(stored("model.layers.0.input_layernorm.weight").unwrap().transform, Transform::PlusOne);
+        assert_eq!(stored("model.layers.0.linear_attn.norm.weight").unwrap().transform, Transform::AsIs);
         for unknown in ["model.layers.x.mlp.gate.weight", "model.visual.x", "mtp.fc.weight", "model.layers.0.", ""] {
             assert_eq!(stored(unknown), None, "{unknown}");
         }

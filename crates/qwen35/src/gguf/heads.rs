@@ -1,0 +1,107 @@
+//! The DeltaNet's value heads, which llama.cpp's converter writes tiled where there are more
+//! value heads than key heads ([`Heads`]), put back in the checkpoint's grouped order as a tensor
+//! is read: whole rows, or whole runs of blocks within each row, moved as stored.
+
+use std::borrow::Cow;
+
+use decider_ops::GgmlType;
+
+use super::held::widened;
+use super::names::{HeadRows, Heads};
+use crate::config::Qwen35Config;
+
+/// The DeltaNet's heads of a model.
+#[derive(Debug, Clone, Copy)]
+pub struct ValueHeads {
+    key_heads: usize,
+    /// Value heads per key head: the converter reorders only where there are more than one.
+    per_key: usize,
+    /// Channels of a value head.
+    width: usize,
+    /// Query and key channels, before the value channels in `in_proj_qkv` and the conv.
+    qk_channels: usize,
+}
+
+impl ValueHeads {
+    pub fn of(config: &Qwen35Config) -> Self {
+        ValueHeads {
+            key_heads: config.linear_num_key_heads,
+            per_key: config.linear_num_value_heads / config.linear_num_key_heads.max(1),
+            width: config.linear_value_head_dim,
+            qk_channels: 2 * config.linear_key_dim(),
+        }
+    }
+
+    /// Whether a tensor of `ggml_type` whose value heads are `heads`, in rows of `row_values`,
+    /// is widened to f32 to be put in order: its heads are not whole blocks (a k-quant's
+    /// 256-value blocks span two 128-channel heads of `out_proj`'s input).
+    pub fn widens(&self, ggml_type: GgmlType, heads: Heads, row_values: usize) -> bool {
+        let whole = |values: usize| values.is_multiple_of(ggml_type.block_values());
+        self.per_key > 1
+            && match heads {
+                Heads::None => false,
+                Heads::Rows { .. } => !whole(row_values),
+                Heads::Columns => !whole(self.width),
+            }
+    }
+
+    /// `bytes`, `rows` rows of `ggml_type`, with their value heads in grouped order: the type
+    /// and bytes (f32 where [`ValueHeads::widens`]); a reason where the tensor does not hold the
+    /// heads the configuration says.
+    pub fn grouped<'a>(
+        &self,
+        ggml_type: GgmlType,
+        bytes: Cow<'a, [u8]>,
+        rows: usize,
+        heads: Heads,
+    ) -> Result<(GgmlType, Cow<'a, [u8]>), String> {
+        if self.per_key <= 1 || heads == Heads::None {
+            return Ok((ggml_type, bytes));
+        }
+        let row_values = bytes.len() / ggml_type.block_bytes() * ggml_type.block_values() / rows.max(1);
+        let (ggml_type, bytes) = match self.widens(ggml_type, heads, row_values) {
+            true => widened(ggml_type, &bytes),
+            false => (ggml_type, bytes),
+        };
+        let row_bytes = bytes.len() / rows.max(1);
+        // Each step of the tensor (all of it, or one row) reorders `unit`-byte heads in `span`.
+        let (unit, span, step) = match heads {
+            Heads::None => unreachable!("returned above"),
+            Heads::Rows { per_head, after_qk } => {
+                let per_head = match per_head {
+                    HeadRows::Width => self.width,
+                    HeadRows::One => 1,
+                };
+                let skip = if after_qk { self.qk_channels * row_bytes } else { 0 };
+                (per_head * row_bytes, skip..bytes.len(), bytes.len())
+            }
+            Heads::Columns => {
+                (self.width / ggml_type.block_values() * ggml_type.block_bytes(), 0..row_bytes, row_bytes)
+            }
+        };
+        let count = self.key_heads * self.per_key;
+        if span.len() != count * unit {
+            return Err(format!(
+                "it does not hold {count} value heads of {} channels where the configuration says",
+                self.width
+            ));
+        }
+        let mut grouped = bytes.to_vec();
+        for start in (0..bytes.len()).step_by(step.max(1)) {
+            let span = start + span.start..start + span.end;
+            self.regroup(&bytes[span.clone()], &mut grouped[span], unit);
+        }
+        Ok((ggml_type, Cow::Owned(grouped)))
+    }
+
+    /// Puts `unit`-byte heads in the checkpoint's grouped order: `grouped[g · per_key + j]` is
+    /// `tiled[j · key_heads + g]` (the converter's `_reorder_v_heads`, inverted).
+    fn regroup(&self, tiled: &[u8], grouped: &mut [u8], unit: usize) {
+        for g in 0..self.key_heads {
+            for j in 0..self.per_key {
+                let (to, from) = (g * self.per_key + j, j * self.key_heads + g);
+                grouped[to * unit..(to + 1) * unit].copy_from_slice(&tiled[from * unit..(from + 1) * unit]);
+            }
+        }
+    }
+}
