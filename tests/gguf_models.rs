@@ -1,5 +1,7 @@
 //! Models from GGUF files made by llama.cpp's own tools (`tests/fixtures/gguf/models.py`: its
-//! converter and `llama-quantize`, from the fixture checkpoints widened to f32):
+//! converter and `llama-quantize`, from the fixture checkpoints widened to f32; the Q4_K_M files
+//! hold Q4_K, Q5_0, Q8_0, F16 and F32 tensors, the MoE's `ssm_out` a Q4_K weight whose 128-wide
+//! value heads are half a block):
 //! - every tensor the model reads, found under the converter's name with its transforms undone
 //!   (norms, `A_log`, the value heads' order, the split experts), equals the checkpoint's;
 //! - the BF16 file, which holds the fixture's weights exactly, gives transformers' logits;
@@ -30,8 +32,8 @@ type B = NdArray;
 /// The types each fixture model is written in.
 fn files(model: &str) -> &'static [&'static str] {
     match model {
-        "dense" => &["bf16", "f16", "q8_0", "q4_0"],
-        _ => &["bf16", "q8_0", "q4_0"],
+        "dense" => &["bf16", "f16", "q8_0", "q4_0", "q4_k_m"],
+        _ => &["bf16", "q8_0", "q4_0", "q4_k_m"],
     }
 }
 
@@ -160,12 +162,14 @@ fn every_weight_held_as_stored_is_llama_cpps_dequantization() {
                 );
             }
             // The file's own type holds most weights (the converter keeps rows that are not whole
-            // blocks in F16; the gates are f32 in every format).
+            // blocks in F16; the gates are f32 in every format); Q4_K_M's k-quants, and the Q5_0
+            // llama-quantize gives rows narrower than their 256-value blocks, are held in f32.
             let main = match *ggml_type {
                 "bf16" => WeightFormat::Bf16,
                 "f16" => WeightFormat::F16,
                 "q8_0" => WeightFormat::Q8,
-                _ => WeightFormat::Q4,
+                "q4_0" => WeightFormat::Q4,
+                _ => WeightFormat::F32,
             };
             assert_eq!(auto.format(), main, "{model}-{ggml_type}: {held:?}");
             let most = held.iter().max_by_key(|(_, count)| **count).unwrap();

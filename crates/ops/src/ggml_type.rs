@@ -22,6 +22,13 @@ pub enum GgmlType {
     Q8_0,
     /// 32 values: an f16 scale `d` and 16 bytes of 4-bit values; `x = d · (q - 8)`.
     Q4_0,
+    /// 32 values: f16 `d` and `m`, 16 bytes of 4-bit values; `x = d · q + m`.
+    Q4_1,
+    /// 32 values: an f16 scale `d`, 32 fifth bits, 16 bytes of 4-bit low parts; `x = d · (q - 16)`
+    /// (what llama-quantize holds rows narrower than a k-quant's 256 values in).
+    Q5_0,
+    /// 32 values: f16 `d` and `m`, 32 fifth bits, 16 bytes of 4-bit low parts; `x = d · q + m`.
+    Q5_1,
     /// 256 values in 16 sub-blocks of 16: 2-bit values, a 4-bit scale and min per sub-block, f16
     /// `d` and `dmin`; `x = d · sc · q - dmin · m`.
     Q2K,
@@ -40,12 +47,15 @@ pub enum GgmlType {
 
 impl GgmlType {
     /// Every type this build reads.
-    pub const ALL: [GgmlType; 10] = [
+    pub const ALL: [GgmlType; 13] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::Bf16,
         GgmlType::Q8_0,
         GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
         GgmlType::Q2K,
         GgmlType::Q3K,
         GgmlType::Q4K,
@@ -64,6 +74,9 @@ impl GgmlType {
             GgmlType::F32 => 0,
             GgmlType::F16 => 1,
             GgmlType::Q4_0 => 2,
+            GgmlType::Q4_1 => 3,
+            GgmlType::Q5_0 => 6,
+            GgmlType::Q5_1 => 7,
             GgmlType::Q8_0 => 8,
             GgmlType::Q2K => 10,
             GgmlType::Q3K => 11,
@@ -82,6 +95,9 @@ impl GgmlType {
             GgmlType::Bf16 => "bf16",
             GgmlType::Q8_0 => "q8_0",
             GgmlType::Q4_0 => "q4_0",
+            GgmlType::Q4_1 => "q4_1",
+            GgmlType::Q5_0 => "q5_0",
+            GgmlType::Q5_1 => "q5_1",
             GgmlType::Q2K => "q2_K",
             GgmlType::Q3K => "q3_K",
             GgmlType::Q4K => "q4_K",
@@ -94,7 +110,7 @@ impl GgmlType {
     pub const fn block_values(self) -> usize {
         match self {
             GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16 => 1,
-            GgmlType::Q8_0 | GgmlType::Q4_0 => 32,
+            GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 => 32,
             GgmlType::Q2K | GgmlType::Q3K | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => QK_K,
         }
     }
@@ -106,6 +122,9 @@ impl GgmlType {
             GgmlType::F16 | GgmlType::Bf16 => 2,
             GgmlType::Q8_0 => 2 + 32,
             GgmlType::Q4_0 => 2 + 16,
+            GgmlType::Q4_1 => 2 + 2 + 16,
+            GgmlType::Q5_0 => 2 + 4 + 16,
+            GgmlType::Q5_1 => 2 + 2 + 4 + 16,
             GgmlType::Q2K => 16 + 64 + 2 + 2,
             GgmlType::Q3K => 32 + 64 + 12 + 2,
             GgmlType::Q4K => 2 + 2 + 12 + 128,
@@ -148,6 +167,9 @@ impl GgmlType {
             }
             GgmlType::Q8_0 => each.for_each(|(b, y)| q8_0(b, y)),
             GgmlType::Q4_0 => each.for_each(|(b, y)| q4_0(b, y)),
+            GgmlType::Q4_1 => each.for_each(|(b, y)| q4_1(b, y)),
+            GgmlType::Q5_0 => each.for_each(|(b, y)| q5_0(b, y)),
+            GgmlType::Q5_1 => each.for_each(|(b, y)| q5_1(b, y)),
             GgmlType::Q2K => each.for_each(|(b, y)| q2_k(b, y)),
             GgmlType::Q3K => each.for_each(|(b, y)| q3_k(b, y)),
             GgmlType::Q4K => each.for_each(|(b, y)| q4_k(b, y)),
@@ -178,6 +200,42 @@ fn q4_0(block: &[u8], y: &mut [f32]) {
     for (j, &q) in block[2..].iter().enumerate() {
         low[j] = ((q & 0x0f) as i32 - 8) as f32 * d;
         high[j] = ((q >> 4) as i32 - 8) as f32 * d;
+    }
+}
+
+/// `block_q4_1 { ggml_half d; ggml_half m; uint8_t qs[16]; }`: nibbles as Q4_0's.
+fn q4_1(block: &[u8], y: &mut [f32]) {
+    let (d, m) = (f16_at(block, 0), f16_at(block, 2));
+    let (low, high) = y.split_at_mut(16);
+    for (j, &q) in block[4..].iter().enumerate() {
+        low[j] = (q & 0x0f) as f32 * d + m;
+        high[j] = (q >> 4) as f32 * d + m;
+    }
+}
+
+/// The 5-bit values of a Q5_0 or Q5_1 block: the nibbles as Q4_0's, the fifth bit of value `j`
+/// at bit `j` of the little-endian `qh`.
+fn five_bits(qh: &[u8], qs: &[u8]) -> [u8; 32] {
+    let qh = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
+    std::array::from_fn(|j| {
+        let nibble = if j < 16 { qs[j] & 0x0f } else { qs[j - 16] >> 4 };
+        nibble | (((qh >> j) & 1) as u8) << 4
+    })
+}
+
+/// `block_q5_0 { ggml_half d; uint8_t qh[4]; uint8_t qs[16]; }`.
+fn q5_0(block: &[u8], y: &mut [f32]) {
+    let d = f16_at(block, 0);
+    for (y, q) in y.iter_mut().zip(five_bits(&block[2..6], &block[6..22])) {
+        *y = (q as i32 - 16) as f32 * d;
+    }
+}
+
+/// `block_q5_1 { ggml_half d; ggml_half m; uint8_t qh[4]; uint8_t qs[16]; }`.
+fn q5_1(block: &[u8], y: &mut [f32]) {
+    let (d, m) = (f16_at(block, 0), f16_at(block, 2));
+    for (y, q) in y.iter_mut().zip(five_bits(&block[4..8], &block[8..24])) {
+        *y = q as f32 * d + m;
     }
 }
 

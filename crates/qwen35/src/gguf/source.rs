@@ -77,9 +77,15 @@ impl AsStored {
             GgmlType::Bf16 => self.bf16,
             GgmlType::Q8_0 => WeightFormat::Q8,
             GgmlType::Q4_0 => WeightFormat::Q4,
-            GgmlType::F32 | GgmlType::Q2K | GgmlType::Q3K | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => {
-                WeightFormat::F32
-            }
+            GgmlType::F32
+            | GgmlType::Q4_1
+            | GgmlType::Q5_0
+            | GgmlType::Q5_1
+            | GgmlType::Q2K
+            | GgmlType::Q3K
+            | GgmlType::Q4K
+            | GgmlType::Q5K
+            | GgmlType::Q6K => WeightFormat::F32,
         }
     }
 }
