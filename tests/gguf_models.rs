@@ -15,7 +15,7 @@
 //!   tensor.
 
 use burn::backend::NdArray;
-use decider_ops::{GgmlType, dequantize_q4, dequantize_q8};
+use decider_ops::{GgmlType, dequantize_q4, dequantize_q4k, dequantize_q6k, dequantize_q8};
 use integration_tests::gguf_writer::{Part, write_gguf};
 use integration_tests::{MODELS, Reference, assert_close, fixture_copy, fixture_path, relative_check, rewrite_tensors};
 use qwen35::checkpoint::Checkpoint;
@@ -78,6 +78,8 @@ fn f32_of(values: WeightValues) -> Vec<f32> {
         WeightValues::Half(half, bits) => bits.into_iter().map(|b| half.to_f32(b)).collect(),
         WeightValues::Q8(values, scales) => dequantize_q8(&values, &scales),
         WeightValues::Q4(packed, scales) => dequantize_q4(&packed, &scales),
+        WeightValues::Q4K(packed, supers, subs) => dequantize_q4k(&packed, &supers, &subs),
+        WeightValues::Q6K(values, supers, subs) => dequantize_q6k(&values, &supers, &subs),
     }
 }
 

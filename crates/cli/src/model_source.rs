@@ -22,8 +22,9 @@ pub struct WeightsArg {
     /// Weight format of the projections, experts and token tables: f32 (exact), bf16 (exact
     /// for a bf16 checkpoint, half the memory), f16, q8 (8-bit blocks of 32, llama.cpp's Q8_0),
     /// q4 (4-bit blocks of 32, llama.cpp's Q4_0 layout; token tables 8-bit), or auto (the
-    /// format a `decider quantize`d folder is stored in; else a bf16 or f16 checkpoint's own
-    /// type where the backend holds it in 2 bytes; else f32). llama.cpp's names `q8_0` and
+    /// format a `decider quantize`d folder is stored in; a GGUF file's weights each as stored,
+    /// Q4_K and Q6_K included; else a bf16 or f16 checkpoint's own type where the backend holds
+    /// it in 2 bytes; else f32). llama.cpp's names `q8_0` and
     /// `q4_0`, and any case, are read too.
     #[arg(long = "weights", env = "DECIDER_WEIGHTS", default_value_t = WeightChoice::Auto)]
     pub choice: WeightChoice,

@@ -9,8 +9,8 @@
 
 use half::f16;
 
-/// The k-quants' super-block: 256 values.
-const QK_K: usize = 256;
+/// The k-quants' super-block: 256 values (llama.cpp's `QK_K`).
+pub const QK_K: usize = 256;
 
 /// A GGML tensor type this build reads, by its GGUF type id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -177,6 +177,61 @@ impl GgmlType {
             GgmlType::Q6K => each.for_each(|(b, y)| q6_k(b, y)),
         }
     }
+}
+
+/// Whole Q4_K blocks taken apart into what [`crate::q4k_matmul`] holds, the same values: the
+/// nibbles in Q4_0's order within each sub-block of 32 (byte `i` holds value `i` low and `i +
+/// 16` high), each block's `(d, dmin)` and each sub-block's 6-bit `(sc, m)`.
+///
+/// # Panics
+/// If `bytes` is not whole blocks.
+pub fn split_q4_k(bytes: &[u8]) -> (Vec<u8>, Vec<f16>, Vec<u8>) {
+    let ty = GgmlType::Q4K;
+    assert!(bytes.len().is_multiple_of(ty.block_bytes()), "q4_K: {} bytes are not whole blocks", bytes.len());
+    let blocks = bytes.len() / ty.block_bytes();
+    let (mut nibbles, mut supers, mut subs) =
+        (Vec::with_capacity(blocks * QK_K / 2), Vec::with_capacity(2 * blocks), Vec::with_capacity(16 * blocks));
+    for block in bytes.chunks_exact(ty.block_bytes()) {
+        supers.push(f16::from_le_bytes([block[0], block[1]]));
+        supers.push(f16::from_le_bytes([block[2], block[3]]));
+        let (scales, qs) = (&block[4..16], &block[16..144]);
+        for j in 0..QK_K / 32 {
+            let (sc, m) = scale_min_k4(j, scales);
+            subs.extend([sc, m]);
+            let q = &qs[32 * (j / 2)..][..32];
+            let value = |l: usize| if j % 2 == 0 { q[l] & 0x0f } else { q[l] >> 4 };
+            nibbles.extend((0..16).map(|i| value(i) | (value(i + 16) << 4)));
+        }
+    }
+    (nibbles, supers, subs)
+}
+
+/// Whole Q6_K blocks taken apart into what [`crate::q6k_matmul`] holds, the same values: each
+/// value `q - 32` as an i8, each block's `d` and each sub-block of 16's i8 scale.
+///
+/// # Panics
+/// If `bytes` is not whole blocks.
+pub fn split_q6_k(bytes: &[u8]) -> (Vec<i8>, Vec<f16>, Vec<i8>) {
+    let ty = GgmlType::Q6K;
+    assert!(bytes.len().is_multiple_of(ty.block_bytes()), "q6_K: {} bytes are not whole blocks", bytes.len());
+    let blocks = bytes.len() / ty.block_bytes();
+    let (mut values, mut supers, mut subs) =
+        (vec![0i8; blocks * QK_K], Vec::with_capacity(blocks), Vec::with_capacity(16 * blocks));
+    for (block, y) in bytes.chunks_exact(ty.block_bytes()).zip(values.chunks_exact_mut(QK_K)) {
+        let (ql, qh, scales) = (&block[..128], &block[128..192], &block[192..208]);
+        supers.push(f16::from_le_bytes([block[208], block[209]]));
+        subs.extend(scales.iter().map(|&s| s as i8));
+        for (n, y) in y.chunks_exact_mut(128).enumerate() {
+            let (ql, qh) = (&ql[64 * n..], &qh[32 * n..]);
+            for l in 0..32 {
+                y[l] = ((ql[l] & 0x0f) | (qh[l] & 3) << 4) as i8 - 32;
+                y[l + 32] = ((ql[l + 32] & 0x0f) | ((qh[l] >> 2) & 3) << 4) as i8 - 32;
+                y[l + 64] = ((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) as i8 - 32;
+                y[l + 96] = ((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) as i8 - 32;
+            }
+        }
+    }
+    (values, supers, subs)
 }
 
 /// The f16 at byte `at` of a block, widened.

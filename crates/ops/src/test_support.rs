@@ -3,8 +3,9 @@
 //! [`backend_tests!`], which runs a suite on every backend of the build.
 
 use crate::{
-    ActivationBits, CausalConv1d, DenseMatmul, ExpertCount, GatedDeltaRule, Gating, HalfMatmul, Q4_ACTIVATION_BITS,
-    Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, Reshape, UnitLowerInverse, quantize_q4, quantize_q8,
+    ActivationBits, CausalConv1d, DenseMatmul, ExpertCount, GatedDeltaRule, Gating, GgmlType, HalfMatmul,
+    Q4_ACTIVATION_BITS, Q4_BLOCK, Q4KMatmul, Q4Matmul, Q6KMatmul, Q8_BLOCK, Q8Matmul, Reshape, UnitLowerInverse,
+    quantize_q4, quantize_q8,
 };
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
 use half::f16;
@@ -15,6 +16,8 @@ pub(crate) trait Ops:
     + UnitLowerInverse
     + Q8Matmul
     + Q4Matmul
+    + Q4KMatmul
+    + Q6KMatmul
     + HalfMatmul
     + DenseMatmul
     + GatedDeltaRule
@@ -29,6 +32,8 @@ impl<
         + UnitLowerInverse
         + Q8Matmul
         + Q4Matmul
+        + Q4KMatmul
+        + Q6KMatmul
         + HalfMatmul
         + DenseMatmul
         + GatedDeltaRule
@@ -171,10 +176,49 @@ pub(crate) fn q4_case(rng: &mut Rng, n: usize, d_out: usize, d_in: usize) -> (Ve
     (x, packed, scales)
 }
 
+/// `(n, d_out, d_in)` for the k-quants, whose rows are whole super-blocks of 256: no tokens,
+/// one output, token and row counts around the integer dots' tiles and groups, a 2B-model width,
+/// and the passes of [`MANY_PASSES`].
+pub(crate) const K_SHAPES: [(usize, usize, usize); 7] =
+    [(1, 1, 256), (0, 5, 256), (3, 17, 512), (9, 31, 256), (17, 16, 768), (130, 64, 2048), MANY_PASSES];
+
+/// `blocks` random GGUF blocks of k-quant `ty` (every byte random but the f16 scales, small and
+/// finite; the first block's scales zero) and the weights llama.cpp dequantizes them to
+/// ([`GgmlType::dequantize`], held to llama.cpp's bit for bit by `tests/fixtures/gguf`).
+pub(crate) fn k_blocks(rng: &mut Rng, ty: GgmlType, blocks: usize) -> (Vec<u8>, Vec<f32>) {
+    let mut bytes: Vec<u8> = (0..blocks * ty.block_bytes()).map(|_| rng.below(256) as u8).collect();
+    let scales: &[usize] = match ty {
+        GgmlType::Q4K => &[0, 2],
+        GgmlType::Q6K => &[208],
+        _ => unreachable!("k_blocks: {} is not a k-quant with kernels", ty.name()),
+    };
+    for (b, block) in bytes.chunks_exact_mut(ty.block_bytes()).enumerate() {
+        for &at in scales {
+            let d = if b == 0 { f16::ZERO } else { f16::from_f32(rng.next_f32() * 0.01) };
+            block[at..at + 2].copy_from_slice(&d.to_le_bytes());
+        }
+    }
+    let mut weights = vec![0f32; blocks * ty.block_values()];
+    ty.dequantize(&bytes, &mut weights);
+    (bytes, weights)
+}
+
+/// The integer-dot kernels this CPU runs (saying which it cannot).
+#[cfg(all(feature = "cpu-kernels", target_arch = "x86_64"))]
+pub(crate) fn integer_dots() -> Vec<crate::cpu::integer_dot::DotIsa> {
+    use crate::cpu::integer_dot::DotIsa;
+    let (run, skip): (Vec<DotIsa>, Vec<DotIsa>) = DotIsa::ALL.into_iter().partition(|isa| isa.available());
+    for isa in skip {
+        println!("this CPU does not run {isa:?}: that integer dot is not checked here");
+    }
+    run
+}
+
 /// The activations and f32 weights of [`q8_case`].
 pub(crate) fn block_case(rng: &mut Rng, n: usize, d_out: usize, d_in: usize) -> (Vec<f32>, Vec<f32>) {
     let mut weights: Vec<f32> = (0..d_out * d_in).map(|_| rng.next_f32() - 0.5).collect();
-    weights[..Q8_BLOCK].fill(0.0); // a zero block: scale 0
+    let first = Q8_BLOCK.min(weights.len());
+    weights[..first].fill(0.0); // a zero block: scale 0
     if weights.len() > 2 * Q8_BLOCK {
         weights[Q8_BLOCK + 3] = 40.0; // an outlier that sets its block's scale
     }

@@ -244,6 +244,9 @@ impl Checkpoint {
                 let half = format.half().expect("a 16-bit format");
                 WeightValues::Half(half, self.read_half(name, expected, half)?)
             }
+            WeightFormat::Q4K | WeightFormat::Q6K => {
+                unreachable!("a load of a folder is never asked for {format}, which is held only from GGUF files")
+            }
         })
     }
 
@@ -710,6 +713,9 @@ impl Written for WeightValues {
             WeightValues::Q4(packed, scales) => {
                 writer.add(block_part(name, Q4_VALUES), Dtype::U8, packed_shape(name, shape)?, packed.clone())?;
                 write_scales(name, Q4_SCALES, shape, scales, writer)
+            }
+            WeightValues::Q4K(..) | WeightValues::Q6K(..) => {
+                unreachable!("a folder is written from a folder, whose weights are never held in a GGUF k-quant")
             }
         }
     }

@@ -7,10 +7,13 @@
 use crate::weight_format::{FormatOps, WeightFormat, WeightUse};
 use burn::module::{Module, Param, ParamId};
 use burn::tensor::{FloatDType, Int, Tensor, TensorData, backend::Backend};
+use decider_ops::ggml_type::QK_K;
+use decider_ops::q6k_matmul::generic::q6k_scaled;
 use decider_ops::{
-    ActivationBits, BlockInts, DenseMatmul, Half, Q8_BLOCK, block_scales, block_scales_f32, dense_matmul,
-    grouped_half_float_matmul, grouped_half_matmul, grouped_matmul, grouped_q4_matmul, grouped_q8_matmul, half_bits,
-    half_bits_f32, half_float_matmul, half_floats, half_matmul, holds_half_floats, q4_matmul, q4_values, q8_matmul,
+    ActivationBits, BlockInts, DenseMatmul, Half, Q6K_BLOCK, Q8_BLOCK, block_scales, block_scales_f32, dense_matmul,
+    grouped_half_float_matmul, grouped_half_matmul, grouped_matmul, grouped_q4_matmul, grouped_q4k_matmul,
+    grouped_q6k_matmul, grouped_q8_matmul, half_bits, half_bits_f32, half_float_matmul, half_floats, half_matmul,
+    holds_half_floats, q4_matmul, q4_rows, q4_values, q4k_matmul, q4k_shapes, q6k_matmul, q6k_shapes, q8_matmul,
     q8_rows, q8_values, q8_values_f32, quantize_q4, quantize_q8,
 };
 use half::f16;
@@ -42,6 +45,10 @@ pub enum Held<B: Backend, const D: usize> {
     Q8(Blocks<B, D>),
     /// Q4_0 blocks along `in` (`decider_ops::quantize_q4`).
     Q4(Blocks<B, D>),
+    /// A GGUF file's Q4_K blocks along `in` (`decider_ops::q4k_matmul`).
+    Q4K(KBlocks<B, D>),
+    /// A GGUF file's Q6_K blocks along `in` (`decider_ops::q6k_matmul`), in row order.
+    Q6K(KBlocks<B, D>),
 }
 
 /// 16-bit floats, held as the device can ([`holds_half_floats`]).
@@ -63,6 +70,17 @@ pub struct Blocks<B: Backend, const D: usize> {
     pub scales: Param<Tensor<B, D, Int>>,
 }
 
+/// A k-quant's tensors, as the backend holds them (`decider_ops::q4k_matmul` and
+/// `decider_ops::q6k_matmul` say what each holds).
+#[derive(Module, Debug)]
+pub struct KBlocks<B: Backend, const D: usize> {
+    pub values: Param<Tensor<B, D, Int>>,
+    /// Each super-block of 256's f16 scales.
+    pub supers: Param<Tensor<B, D, Int>>,
+    /// Each block's scales (and mins).
+    pub subs: Param<Tensor<B, D, Int>>,
+}
+
 /// A weight's values on the host, in the checkpoint's orientation `[..., out, in]`, in its
 /// format: what a tensor source gives and [`Weight::from_values`] takes.
 #[derive(Debug)]
@@ -73,6 +91,10 @@ pub enum WeightValues {
     Q8(Vec<i8>, Vec<f16>),
     /// Packed bytes (two values each) and scales.
     Q4(Vec<u8>, Vec<f16>),
+    /// Q4_K's nibbles, super-block `(d, dmin)` and block `(sc, m)` (`decider_ops::split_q4_k`).
+    Q4K(Vec<u8>, Vec<f16>, Vec<u8>),
+    /// Q6_K's values less 32, super-block `d` and block `sc` (`decider_ops::split_q6_k`).
+    Q6K(Vec<i8>, Vec<f16>, Vec<i8>),
 }
 
 impl WeightValues {
@@ -93,6 +115,9 @@ impl WeightValues {
             WeightFormat::Q4 => {
                 let (packed, scales) = quantize_q4(&values, d_in);
                 WeightValues::Q4(packed, scales)
+            }
+            WeightFormat::Q4K | WeightFormat::Q6K => {
+                unreachable!("{format} holds only a GGUF file's own blocks: nothing is quantized to it")
             }
         })
     }
@@ -116,6 +141,16 @@ impl WeightValues {
                 room(packed, parts);
                 room(scales, parts);
             }
+            WeightValues::Q4K(packed, supers, subs) => {
+                room(packed, parts);
+                room(supers, parts);
+                room(subs, parts);
+            }
+            WeightValues::Q6K(values, supers, subs) => {
+                room(values, parts);
+                room(supers, parts);
+                room(subs, parts);
+            }
         }
         self
     }
@@ -132,6 +167,16 @@ impl WeightValues {
             (WeightValues::Q4(packed, scales), WeightValues::Q4(part, part_scales)) => {
                 packed.extend(part);
                 scales.extend(part_scales);
+            }
+            (WeightValues::Q4K(packed, supers, subs), WeightValues::Q4K(part, part_supers, part_subs)) => {
+                packed.extend(part);
+                supers.extend(part_supers);
+                subs.extend(part_subs);
+            }
+            (WeightValues::Q6K(values, supers, subs), WeightValues::Q6K(part, part_supers, part_subs)) => {
+                values.extend(part);
+                supers.extend(part_supers);
+                subs.extend(part_subs);
             }
             _ => unreachable!("the parts of a weight are read in one format"),
         }
@@ -182,6 +227,22 @@ impl<B: FormatOps, const D: usize> Weight<B, D> {
                     scales: scales_param(scales, dims, device),
                 })
             }
+            (WeightValues::Q4K(packed, supers, subs), _) => {
+                let d_in = dims[D - 1];
+                Held::Q4K(KBlocks {
+                    values: int_param(q4_values(packed, last(dims, d_in / 2), device)),
+                    supers: int_param(block_scales(supers, last(dims, d_in / QK_K * 2), device)),
+                    subs: int_param(q4_rows(subs, last(dims, d_in / Q8_BLOCK * 2), device)),
+                })
+            }
+            (WeightValues::Q6K(values, supers, subs), _) => {
+                let d_in = dims[D - 1];
+                Held::Q6K(KBlocks {
+                    values: int_param(q8_rows(values, dims, device)),
+                    supers: int_param(block_scales(supers, last(dims, d_in / QK_K), device)),
+                    subs: int_param(q8_rows(subs, last(dims, d_in / Q6K_BLOCK), device)),
+                })
+            }
         };
         Weight { held, dims, format, usage }
     }
@@ -226,6 +287,8 @@ impl<B: FormatOps, const D: usize> Weight<B, D> {
             }
             WeightFormat::Q8 => Held::Q8(blocks(BlockInts::Q8Values)),
             WeightFormat::Q4 => Held::Q4(blocks(BlockInts::Q4Bytes)),
+            WeightFormat::Q4K => Held::Q4K(lazy_k_blocks(q4k_shapes::<B, D>(dims), device)),
+            WeightFormat::Q6K => Held::Q6K(lazy_k_blocks(q6k_shapes::<B, D>(dims), device)),
         };
         Weight { held, dims, format, usage }
     }
@@ -241,12 +304,19 @@ impl<B: FormatOps, const D: usize> Weight<B, D> {
             ints(&blocks.values, storage.dtype::<B>(values))
                 + ints(&blocks.scales, storage.dtype::<B>(BlockInts::ScaleBits))
         };
+        let k_blocks = |blocks: &KBlocks<B, D>, [values, supers, subs]: [BlockInts; 3]| {
+            ints(&blocks.values, storage.dtype::<B>(values))
+                + ints(&blocks.supers, storage.dtype::<B>(supers))
+                + ints(&blocks.subs, storage.dtype::<B>(subs))
+        };
         match &self.held {
             Held::F32(param) => param.lazy_shape().num_elements() * size_of::<B::FloatElem>(),
             Held::Half(HalfTensor::Floats(param)) => param.lazy_shape().num_elements() * size_of::<u16>(),
             Held::Half(HalfTensor::Bits(bits)) => ints(bits, B::half_bits_dtype()),
             Held::Q8(held) => blocks(held, BlockInts::Q8Values),
             Held::Q4(held) => blocks(held, BlockInts::Q4Bytes),
+            Held::Q4K(held) => k_blocks(held, [BlockInts::Q4Bytes, BlockInts::ScaleBits, BlockInts::Q4Bytes]),
+            Held::Q6K(held) => k_blocks(held, [BlockInts::Q8Values, BlockInts::ScaleBits, BlockInts::Q8Values]),
         }
     }
 
@@ -273,6 +343,8 @@ impl<B: FormatOps + DenseMatmul> Weight<B, 2> {
             Held::Half(HalfTensor::Bits(bits)) => half_matmul(x, bits.val(), self.half()),
             Held::Q8(blocks) => q8_matmul(x, blocks.values.val(), blocks.scales.val(), self.activation_bits()),
             Held::Q4(blocks) => q4_matmul(x, blocks.values.val(), blocks.scales.val()),
+            Held::Q4K(k) => q4k_matmul(x, k.values.val(), k.supers.val(), k.subs.val()),
+            Held::Q6K(k) => q6k_matmul(x, k.values.val(), k.supers.val(), k.subs.val()),
         }
     }
 
@@ -290,7 +362,15 @@ impl<B: FormatOps + DenseMatmul> Weight<B, 2> {
                 let values = q8_values_f32(blocks.values.val().select(0, index.clone()));
                 dequantize_q8(values, blocks.scales.val().select(0, index))
             }
-            Held::Q4(_) => unreachable!("the format policy holds no table in Q4_0 (`held_format`)"),
+            Held::Q6K(k) => {
+                // Each gather cast before the next, as Q8_0's above.
+                let values = q8_values_f32(k.values.val().select(0, index.clone()));
+                let subs = q8_values_f32(k.subs.val().select(0, index.clone()));
+                q6k_scaled(values, block_scales_f32(k.supers.val().select(0, index), self.dims[1] / QK_K), subs)
+            }
+            Held::Q4(_) | Held::Q4K(_) => {
+                unreachable!("the format policy holds no table in Q4_0 or Q4_K (`held_format`)")
+            }
         }
     }
 
@@ -319,7 +399,14 @@ impl<B: FormatOps + DenseMatmul> Weight<B, 2> {
                 q8_values_f32(blocks.values.val().narrow(0, start, count)),
                 blocks.scales.val().narrow(0, start, count),
             ),
-            Held::Q4(_) => unreachable!("the format policy holds no table in Q4_0 (`held_format`)"),
+            Held::Q6K(k) => q6k_scaled(
+                q8_values_f32(k.values.val().narrow(0, start, count)),
+                block_scales_f32(k.supers.val().narrow(0, start, count), self.dims[1] / QK_K),
+                q8_values_f32(k.subs.val().narrow(0, start, count)),
+            ),
+            Held::Q4(_) | Held::Q4K(_) => {
+                unreachable!("the format policy holds no table in Q4_0 or Q4_K (`held_format`)")
+            }
         }
     }
 }
@@ -336,6 +423,8 @@ impl<B: FormatOps + DenseMatmul> Weight<B, 3> {
                 grouped_q8_matmul(x, blocks.values.val(), blocks.scales.val(), counts, self.activation_bits())
             }
             Held::Q4(blocks) => grouped_q4_matmul(x, blocks.values.val(), blocks.scales.val(), counts),
+            Held::Q4K(k) => grouped_q4k_matmul(x, k.values.val(), k.supers.val(), k.subs.val(), counts),
+            Held::Q6K(k) => grouped_q6k_matmul(x, k.values.val(), k.supers.val(), k.subs.val(), counts),
         }
     }
 }
@@ -360,6 +449,20 @@ fn scales_param<B: FormatOps, const D: usize>(
 ) -> Param<Tensor<B, D, Int>> {
     dims[D - 1] /= Q8_BLOCK;
     int_param(block_scales(scales, dims, device))
+}
+
+/// `dims` with its last dimension `width`.
+fn last<const D: usize>(mut dims: [usize; D], width: usize) -> [usize; D] {
+    dims[D - 1] = width;
+    dims
+}
+
+/// A k-quant's lazy tensors of shapes `(values, supers, subs)`.
+fn lazy_k_blocks<B: Backend, const D: usize>(
+    (values, supers, subs): ([usize; D], [usize; D], [usize; D]),
+    device: &B::Device,
+) -> KBlocks<B, D> {
+    KBlocks { values: lazy_ints(values, device), supers: lazy_ints(supers, device), subs: lazy_ints(subs, device) }
 }
 
 /// An int tensor as a parameter.

@@ -8,13 +8,17 @@
 //! gate, and the DeltaNet's `in_proj_a`/`in_proj_b` (their outputs set the decay and the write
 //! strength of the recurrent state). A token table asked for in `q4` is held in `q8`: its rows
 //! are the label logits themselves. A weight whose input width is not a whole number of blocks
-//! stays f32 in the block formats. Everything that is not a matrix (norms, `A_log`, `dt_bias`,
+//! stays f32 in the block formats. The k-quants, held only as a GGUF file stores them, follow
+//! the same policy: a Q4_K token table is held in f32 (Q6_K's, held by row, is read by row). Everything that is not a matrix (norms, `A_log`, `dt_bias`,
 //! the conv kernel) is f32 and is not a [`crate::weight::Weight`] at all.
 
 use std::fmt;
 use std::str::FromStr;
 
-use decider_ops::{ActivationBits, Half, HalfMatmul, Q4_BLOCK, Q4Matmul, Q8_BLOCK, Q8Matmul, holds_half_floats};
+use decider_ops::ggml_type::QK_K;
+use decider_ops::{
+    ActivationBits, Half, HalfMatmul, Q4_BLOCK, Q4KMatmul, Q4Matmul, Q6KMatmul, Q8_BLOCK, Q8Matmul, holds_half_floats,
+};
 use serde::{Deserialize, Serialize};
 
 /// How the projections, experts and token tables are held in memory.
@@ -37,10 +41,20 @@ pub enum WeightFormat {
     /// bfloat16, 2 bytes a weight: exact for a bf16 checkpoint (the released ones are), so the
     /// same answers as `f32` in half its memory.
     Bf16,
+    /// llama.cpp's Q4_K, a GGUF file's blocks as stored: 4-bit values in super-blocks of 256
+    /// with a 6-bit scale and min a block of 32, 0.58 bytes a weight (see
+    /// [`decider_ops::q4k_matmul`]). Held only from a GGUF file (`auto`): nothing is quantized
+    /// to it.
+    Q4K,
+    /// llama.cpp's Q6_K, a GGUF file's blocks as stored: 6-bit values in super-blocks of 256 with
+    /// an 8-bit scale a block of 16, held in 1.07 bytes a weight (see
+    /// [`decider_ops::q6k_matmul`]). Held only from a GGUF file (`auto`).
+    Q6K,
 }
 
 impl WeightFormat {
-    /// Every format, by its command-line name.
+    /// Every format a load can be asked for, by its command-line name (the k-quants are held
+    /// only as a GGUF file stores them, with `auto`).
     pub const ALL: [(&'static str, WeightFormat); 5] = [
         ("f32", WeightFormat::F32),
         ("q8", WeightFormat::Q8),
@@ -76,7 +90,20 @@ impl WeightFormat {
         match self {
             WeightFormat::F16 => Some(Half::F16),
             WeightFormat::Bf16 => Some(Half::Bf16),
-            WeightFormat::F32 | WeightFormat::Q8 | WeightFormat::Q4 => None,
+            WeightFormat::F32 | WeightFormat::Q8 | WeightFormat::Q4 | WeightFormat::Q4K | WeightFormat::Q6K => None,
+        }
+    }
+
+    /// Its name: the command-line name of [`WeightFormat::ALL`], llama.cpp's for the k-quants.
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightFormat::Q4K => "q4_k",
+            WeightFormat::Q6K => "q6_k",
+            _ => Self::ALL
+                .iter()
+                .find(|(_, format)| *format == self)
+                .map(|(name, _)| *name)
+                .expect("every other format is in ALL"),
         }
     }
 }
@@ -128,14 +155,15 @@ pub fn held_format(requested: WeightFormat, name: &str, dims: &[usize], usage: W
         WeightFormat::Q4 if usage == WeightUse::Rows => held_format(WeightFormat::Q8, name, dims, usage),
         WeightFormat::Q8 if !d_in.is_multiple_of(Q8_BLOCK) => WeightFormat::F32,
         WeightFormat::Q4 if !d_in.is_multiple_of(Q4_BLOCK) => WeightFormat::F32,
+        WeightFormat::Q4K if usage == WeightUse::Rows => WeightFormat::F32,
+        WeightFormat::Q4K | WeightFormat::Q6K if !d_in.is_multiple_of(QK_K) => WeightFormat::F32,
         format => format,
     }
 }
 
 impl fmt::Display for WeightFormat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (name, _) = Self::ALL.iter().find(|(_, format)| format == self).expect("every format is in ALL");
-        f.write_str(name)
+        f.write_str(self.name())
     }
 }
 
@@ -152,8 +180,8 @@ impl FromStr for WeightFormat {
     }
 }
 
-/// What the weight formats compute with: each backend's Q8_0, Q4_0 and 16-bit matmuls (and the
-/// layouts a loader puts their weights in).
-pub trait FormatOps: Q8Matmul + Q4Matmul + HalfMatmul {}
+/// What the weight formats compute with: each backend's Q8_0, Q4_0, Q4_K, Q6_K and 16-bit
+/// matmuls (and the layouts a loader puts their weights in).
+pub trait FormatOps: Q8Matmul + Q4Matmul + Q4KMatmul + Q6KMatmul + HalfMatmul {}
 
-impl<B: Q8Matmul + Q4Matmul + HalfMatmul> FormatOps for B {}
+impl<B: Q8Matmul + Q4Matmul + Q4KMatmul + Q6KMatmul + HalfMatmul> FormatOps for B {}

@@ -148,17 +148,6 @@ fn both_cpu_block_kernels_match_plain_loops() {
     }
 }
 
-/// The integer-dot kernels this CPU runs (saying which it cannot).
-#[cfg(all(feature = "cpu-kernels", target_arch = "x86_64"))]
-fn integer_dots() -> Vec<crate::cpu::integer_dot::DotIsa> {
-    use crate::cpu::integer_dot::DotIsa;
-    let (run, skip): (Vec<DotIsa>, Vec<DotIsa>) = DotIsa::ALL.into_iter().partition(|isa| isa.available());
-    for isa in skip {
-        println!("this CPU does not run {isa:?}: that integer dot is not checked here");
-    }
-    run
-}
-
 #[test]
 fn activations_round_to_8_and_16_bit_blocks() {
     use crate::round_activations;

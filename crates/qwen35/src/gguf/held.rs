@@ -1,10 +1,10 @@
 //! A GGUF tensor's stored values in the format a weight is held in: blocks as they are where the
-//! format is their type's, Q4_0 widened to Q8_0 exactly, floats converted as a checkpoint's are,
+//! format is their type's (the k-quants taken apart into their parts), Q4_0 widened to Q8_0 exactly, floats converted as a checkpoint's are,
 //! and blocks never rounded again into other blocks or 16-bit floats.
 
 use std::borrow::Cow;
 
-use decider_ops::GgmlType;
+use decider_ops::{GgmlType, split_q4_k, split_q6_k};
 use half::f16;
 
 use super::file::dequantized;
@@ -39,6 +39,14 @@ pub fn values_in(
         (WeightFormat::Q4, GgmlType::Q4_0) => {
             blocks(name, ggml_type, bytes, |block, packed: &mut Vec<u8>| packed.extend_from_slice(&block[2..]))
                 .map(|(packed, scales)| WeightValues::Q4(packed, scales))
+        }
+        (WeightFormat::Q4K, GgmlType::Q4K) => {
+            let (packed, supers, subs) = split_q4_k(bytes);
+            finite_scales(name, ggml_type, &supers, 2).map(|()| WeightValues::Q4K(packed, supers, subs))
+        }
+        (WeightFormat::Q6K, GgmlType::Q6K) => {
+            let (values, supers, subs) = split_q6_k(bytes);
+            finite_scales(name, ggml_type, &supers, 1).map(|()| WeightValues::Q6K(values, supers, subs))
         }
         // Q4_0's values are Q8_0 values of the same scale: `q - 8` in -8..=7.
         (WeightFormat::Q8, GgmlType::Q4_0) => blocks(name, ggml_type, bytes, |block, values: &mut Vec<i8>| {
@@ -98,6 +106,17 @@ fn blocks<T>(
     Ok((values, scales))
 }
 
+/// `Ok` unless one of a k-quant's super-block scales (`per_block` a block) is not finite.
+fn finite_scales(name: &str, ggml_type: GgmlType, supers: &[f16], per_block: usize) -> Result<(), LoadError> {
+    match supers.iter().position(|d| !d.is_finite()) {
+        None => Ok(()),
+        Some(at) => Err(LoadError::Blocks {
+            name: name.to_owned(),
+            reason: format!("a scale of {} block {} is {}", ggml_type.name(), at / per_block, supers[at]),
+        }),
+    }
+}
+
 /// The tensor in f32 bytes.
 pub fn widened<'a>(ggml_type: GgmlType, bytes: &[u8]) -> (GgmlType, Cow<'a, [u8]>) {
     let values = dequantized(ggml_type, bytes);
@@ -132,6 +151,12 @@ pub fn fuse_experts(gate: WeightValues, up: WeightValues, experts: usize) -> Wei
         }
         (WeightValues::Q4(a, sa), WeightValues::Q4(b, sb)) => {
             WeightValues::Q4(zip(a, b, experts), zip(sa, sb, experts))
+        }
+        (WeightValues::Q4K(a, da, sa), WeightValues::Q4K(b, db, sb)) => {
+            WeightValues::Q4K(zip(a, b, experts), zip(da, db, experts), zip(sa, sb, experts))
+        }
+        (WeightValues::Q6K(a, da, sa), WeightValues::Q6K(b, db, sb)) => {
+            WeightValues::Q6K(zip(a, b, experts), zip(da, db, experts), zip(sa, sb, experts))
         }
         _ => unreachable!("the parts of a weight are read in one format"),
     }

@@ -5,9 +5,10 @@
 //! it is stored in (a GGUF file mixes types: a Q8_0 file keeps its norms in F32 and its narrow
 //! experts in F16).
 //!
-//! Which stored types are held as they are: F32, F16, BF16, Q8_0 and Q4_0 (Q4_0 token tables as
-//! Q8_0, which holds them exactly, as the format policy keeps token tables 8-bit). The k-quants
-//! are held in f32, dequantized exactly as llama.cpp dequantizes them, until they have kernels of
+//! Which stored types are held as they are: F32, F16, BF16, Q8_0, Q4_0 (Q4_0 token tables as
+//! Q8_0, which holds them exactly, as the format policy keeps token tables 8-bit), Q4_K (a Q4_K
+//! token table in f32) and Q6_K. The other k-quants (Q2_K, Q3_K, Q5_K) and Q4_1, Q5_0, Q5_1 are
+//! held in f32, dequantized exactly as llama.cpp dequantizes them, until they have kernels of
 //! their own (issue #38).
 
 use std::borrow::Cow;
@@ -77,15 +78,15 @@ impl AsStored {
             GgmlType::Bf16 => self.bf16,
             GgmlType::Q8_0 => WeightFormat::Q8,
             GgmlType::Q4_0 => WeightFormat::Q4,
+            GgmlType::Q4K => WeightFormat::Q4K,
+            GgmlType::Q6K => WeightFormat::Q6K,
             GgmlType::F32
             | GgmlType::Q4_1
             | GgmlType::Q5_0
             | GgmlType::Q5_1
             | GgmlType::Q2K
             | GgmlType::Q3K
-            | GgmlType::Q4K
-            | GgmlType::Q5K
-            | GgmlType::Q6K => WeightFormat::F32,
+            | GgmlType::Q5K => WeightFormat::F32,
         }
     }
 }

@@ -57,8 +57,9 @@ impl kernel::Kernel for Kernel {
         };
         let mut sums = [_mm256_setzero_ps(); C];
         for b in 0..x.blocks {
-            let mut dots: [__m256i; C] = std::array::from_fn(|j| {
-                if F::NIBBLES { _mm256_set1_epi32(-8 * x.sums[x.at(token + j, b)]) } else { _mm256_setzero_si256() }
+            let mut dots: [__m256i; C] = std::array::from_fn(|j| match (F::NIBBLES, F::MINS) {
+                (true, false) => _mm256_set1_epi32(-8 * x.sums[x.at(token + j, b)]),
+                _ => _mm256_setzero_si256(),
             });
             // A loop, not 4 copies: unrolled, the compiler loaded all 8 steps' weights ahead and
             // spilled them to the stack (16 registers only).
@@ -90,6 +91,15 @@ impl kernel::Kernel for Kernel {
             for (j, (sum, dot)) in sums.iter_mut().zip(dots).enumerate() {
                 let scale = _mm256_mul_ps(weight_scales, _mm256_set1_ps(x.scales[x.at(token + j, b)]));
                 *sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, *sum);
+            }
+            if F::MINS {
+                // `- m · Σ x` of each row's block, as in the AVX-512 kernel.
+                // SAFETY: `mins` holds 8 lanes for each block of a format with mins.
+                let mins = unsafe { _mm256_loadu_ps(group.mins.as_ptr().add(b * Self::GROUP)) };
+                for (j, sum) in sums.iter_mut().enumerate() {
+                    let at = x.at(token + j, b);
+                    *sum = _mm256_fnmadd_ps(mins, _mm256_set1_ps(x.scales[at] * x.sums[at] as f32), *sum);
+                }
             }
         }
         for (j, sum) in sums.into_iter().enumerate() {

@@ -42,7 +42,11 @@ impl kernel::Kernel for Kernel {
         out: *mut f32,
         d_out: usize,
     ) {
-        let bias: i32 = if F::NIBBLES { 8 } else { 128 };
+        let bias: i32 = match (F::NIBBLES, F::MINS) {
+            (true, true) => 0,
+            (true, false) => 8,
+            (false, _) => 128,
+        };
         let byte_mask: u64 = if group.full { !0 } else { (1u64 << (group.rows * 4)) - 1 };
         let lane_mask: u16 = if group.full { !0 } else { (1u16 << group.rows) - 1 };
         let pair_bytes = group.rows * F::PAIR_BYTES;
@@ -74,6 +78,15 @@ impl kernel::Kernel for Kernel {
             for (j, (sum, dot)) in sums.iter_mut().zip(dots).enumerate() {
                 let scale = _mm512_mul_ps(weight_scales, _mm512_set1_ps(x.scales[x.at(token + j, b)]));
                 *sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, *sum);
+            }
+            if F::MINS {
+                // `- m · Σ x` of each row's block: the min times the token's block sum, scaled.
+                // SAFETY: `mins` holds 16 lanes for each block of a format with mins.
+                let mins = unsafe { _mm512_loadu_ps(group.mins.as_ptr().add(b * Self::GROUP)) };
+                for (j, sum) in sums.iter_mut().enumerate() {
+                    let at = x.at(token + j, b);
+                    *sum = _mm512_fnmadd_ps(mins, _mm512_set1_ps(x.scales[at] * x.sums[at] as f32), *sum);
+                }
             }
         }
         for (j, sum) in sums.into_iter().enumerate() {

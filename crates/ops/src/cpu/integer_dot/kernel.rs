@@ -13,6 +13,9 @@ pub(super) trait Format {
     /// Two 4-bit values a byte (Q4_0: `q = w + 8`, the first step in the low nibbles), else one
     /// signed byte a value, step after step (Q8_0).
     const NIBBLES: bool;
+    /// Whether each block also has a min `m` (Q4_K: `w = s · q - m`, the nibble `q` unbiased),
+    /// where Q4_0's nibbles stand for `s · (q - 8)`.
+    const MINS: bool = false;
     /// Bytes a row holds for 8 inputs.
     const PAIR_BYTES: usize = if Self::NIBBLES { 4 } else { 8 };
 }
@@ -27,6 +30,13 @@ impl Format for Q8 {
 pub(super) struct Q4;
 impl Format for Q4 {
     const NIBBLES: bool = true;
+}
+
+/// Q4_K: Q4_0's nibbles, with a scale and a min a block.
+pub(super) struct Q4K;
+impl Format for Q4K {
+    const NIBBLES: bool = true;
+    const MINS: bool = true;
 }
 
 /// The instructions one kernel is compiled for: its group and tile sizes, and its tiles.
@@ -140,6 +150,9 @@ pub(super) struct Group<'a> {
     pub(super) full: bool,
     /// `[blocks, GROUP]`: block `b`'s scale of each row.
     pub(super) scales: &'a [f32],
+    /// `[blocks, GROUP]`: block `b`'s min of each row, for a format with mins ([`Format::MINS`]);
+    /// else empty.
+    pub(super) mins: &'a [f32],
 }
 
 /// The activations `[n, d_in]` rounded block by block to `T` (i8 or i16): for each token's

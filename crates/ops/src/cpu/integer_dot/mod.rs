@@ -23,9 +23,10 @@ use half::f16;
 use rayon::prelude::*;
 
 use crate::cpu::out_ptr::OutPtr;
+use crate::ggml_type::QK_K;
 use crate::instructions::{Instructions, instruction_ceiling};
 use crate::{ActivationBits, Q4_ACTIVATION_BITS, Q4_BLOCK, Q8_BLOCK};
-use kernel::{Activations, Format, Group, Kernel, Q4, Q8, Rounding};
+use kernel::{Activations, Format, Group, Kernel, Q4, Q4K, Q8, Rounding};
 
 mod avx2;
 mod avx512;
@@ -170,13 +171,17 @@ pub fn q8_matmul(
     let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), values.len()) };
     match (isa, bits) {
         (DotIsa::Avx512Vnni, ActivationBits::Eight) => {
-            matmul::<avx512::Kernel, Q8, i8>(x, n, bytes, scales, d_out, d_in)
+            matmul::<avx512::Kernel, Q8, i8>(x, n, bytes, Scales::Blocks(scales), d_out, d_in)
         }
         (DotIsa::Avx512Vnni, ActivationBits::Sixteen) => {
-            matmul::<avx512::Kernel, Q8, i16>(x, n, bytes, scales, d_out, d_in)
+            matmul::<avx512::Kernel, Q8, i16>(x, n, bytes, Scales::Blocks(scales), d_out, d_in)
         }
-        (DotIsa::Avx2, ActivationBits::Eight) => matmul::<avx2::Kernel, Q8, i8>(x, n, bytes, scales, d_out, d_in),
-        (DotIsa::Avx2, ActivationBits::Sixteen) => matmul::<avx2::Kernel, Q8, i16>(x, n, bytes, scales, d_out, d_in),
+        (DotIsa::Avx2, ActivationBits::Eight) => {
+            matmul::<avx2::Kernel, Q8, i8>(x, n, bytes, Scales::Blocks(scales), d_out, d_in)
+        }
+        (DotIsa::Avx2, ActivationBits::Sixteen) => {
+            matmul::<avx2::Kernel, Q8, i16>(x, n, bytes, Scales::Blocks(scales), d_out, d_in)
+        }
     }
 }
 
@@ -196,8 +201,81 @@ pub fn q4_matmul(
 ) -> Vec<f32> {
     const { assert!(matches!(Q4_ACTIVATION_BITS, ActivationBits::Eight)) };
     match isa {
-        DotIsa::Avx512Vnni => matmul::<avx512::Kernel, Q4, i8>(x, n, packed, scales, d_out, d_in),
-        DotIsa::Avx2 => matmul::<avx2::Kernel, Q4, i8>(x, n, packed, scales, d_out, d_in),
+        DotIsa::Avx512Vnni => matmul::<avx512::Kernel, Q4, i8>(x, n, packed, Scales::Blocks(scales), d_out, d_in),
+        DotIsa::Avx2 => matmul::<avx2::Kernel, Q4, i8>(x, n, packed, Scales::Blocks(scales), d_out, d_in),
+    }
+}
+
+/// [`q4_matmul`] for Q4_K (`crate::q4k_matmul`): the nibbles in `isa`'s [`q4_layout`] stand for
+/// `d · sc · q - dmin · m`, with `supers [d_out, d_in / 256, 2]` each super-block's `(d, dmin)`
+/// and `subs [d_out, d_in / 32, 2]` each block's `(sc, m)`.
+///
+/// # Panics
+/// As [`q8_matmul`].
+#[allow(clippy::too_many_arguments)]
+pub fn q4k_matmul(
+    isa: DotIsa,
+    x: &[f32],
+    n: usize,
+    packed: &[u8],
+    supers: &[f16],
+    subs: &[u8],
+    d_out: usize,
+    d_in: usize,
+) -> Vec<f32> {
+    let scales = Scales::SuperBlocks { supers, subs };
+    match isa {
+        DotIsa::Avx512Vnni => matmul::<avx512::Kernel, Q4K, i8>(x, n, packed, scales, d_out, d_in),
+        DotIsa::Avx2 => matmul::<avx2::Kernel, Q4K, i8>(x, n, packed, scales, d_out, d_in),
+    }
+}
+
+/// A block format's scales, which the driver widens to f32 lanes group by group.
+#[derive(Clone, Copy)]
+enum Scales<'a> {
+    /// One f16 scale a block of 32 (Q8_0, Q4_0): `[d_out, d_in / 32]`.
+    Blocks(&'a [f16]),
+    /// Q4_K's: `(d, dmin)` a super-block of 256 and a 6-bit `(sc, m)` a block of 32, the block's
+    /// scale `d · sc` and min `dmin · m` (exact in f32: 11 by 6 significant bits).
+    SuperBlocks { supers: &'a [f16], subs: &'a [u8] },
+}
+
+impl Scales<'_> {
+    /// Whether they are those of a weight `[d_out, d_in]`.
+    fn fits(&self, d_out: usize, d_in: usize) -> bool {
+        match self {
+            Scales::Blocks(scales) => scales.len() == d_out * (d_in / Q8_BLOCK),
+            Scales::SuperBlocks { supers, subs } => {
+                d_in.is_multiple_of(QK_K)
+                    && supers.len() == d_out * (d_in / QK_K) * 2
+                    && subs.len() == d_out * (d_in / Q8_BLOCK) * 2
+            }
+        }
+    }
+
+    /// The scales (and mins, for super-blocks) of rows `first..first + rows`, `[blocks, group]`.
+    fn fill(self, group: usize, first: usize, rows: usize, blocks: usize, scales: &mut [f32], mins: &mut [f32]) {
+        match self {
+            Scales::Blocks(all) => {
+                for (r, row) in all[first * blocks..(first + rows) * blocks].chunks_exact(blocks).enumerate() {
+                    for (b, &d) in row.iter().enumerate() {
+                        scales[b * group + r] = d.to_f32();
+                    }
+                }
+            }
+            Scales::SuperBlocks { supers, subs } => {
+                const PER_SUPER: usize = QK_K / Q8_BLOCK;
+                for r in 0..rows {
+                    let (supers, subs) =
+                        (&supers[(first + r) * blocks / PER_SUPER * 2..], &subs[(first + r) * blocks * 2..]);
+                    for b in 0..blocks {
+                        let (d, dmin) = (supers[b / PER_SUPER * 2].to_f32(), supers[b / PER_SUPER * 2 + 1].to_f32());
+                        scales[b * group + r] = d * subs[2 * b] as f32;
+                        mins[b * group + r] = dmin * subs[2 * b + 1] as f32;
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -218,7 +296,7 @@ fn matmul<K: Kernel, F: Format, T: Rounding>(
     x: &[f32],
     n: usize,
     weights: &[u8],
-    scales: &[f16],
+    scales: Scales,
     d_out: usize,
     d_in: usize,
 ) -> Vec<f32> {
@@ -229,7 +307,8 @@ fn matmul<K: Kernel, F: Format, T: Rounding>(
         d_in.is_multiple_of(Q8_BLOCK)
             && x.len() == n * d_in
             && weights.len() == d_out * row_bytes
-            && scales.len() == d_out * blocks,
+            && scales.fits(d_out, d_in)
+            && matches!(scales, Scales::SuperBlocks { .. }) == F::MINS,
         "integer_dot::matmul: lengths do not match [{n}, {d_in}] x [{d_out}, {d_in}]"
     );
     if n == 0 || d_out == 0 || d_in == 0 {
@@ -250,14 +329,12 @@ fn matmul<K: Kernel, F: Format, T: Rounding>(
         weights.par_chunks(K::GROUP * row_bytes).enumerate().for_each(|(group, weights)| {
             let rows = weights.len() / row_bytes;
             let first = group * K::GROUP;
-            // The group's scales in f32 block by block, a lane each (zero past the last row).
+            // The group's scales (and mins) in f32 block by block, a lane each (zero past the last
+            // row).
             let mut group_scales = vec![0f32; blocks * K::GROUP];
-            for (r, row) in scales[first * blocks..(first + rows) * blocks].chunks_exact(blocks).enumerate() {
-                for (b, &d) in row.iter().enumerate() {
-                    group_scales[b * K::GROUP + r] = d.to_f32();
-                }
-            }
-            let group = Group { weights, rows, full: rows == K::GROUP, scales: &group_scales };
+            let mut group_mins = vec![0f32; if F::MINS { blocks * K::GROUP } else { 0 }];
+            scales.fill(K::GROUP, first, rows, blocks, &mut group_scales, &mut group_mins);
+            let group = Group { weights, rows, full: rows == K::GROUP, scales: &group_scales, mins: &group_mins };
             let mut token = pass_start;
             while token < pass_end {
                 let tokens = (pass_end - token).min(K::TILE / T::REGISTERS);

@@ -1,0 +1,60 @@
+//! The Q6_K products on the host, for the CPU backends: panels of rows dequantized to f32, then
+//! sgemm ([`crate::cpu::dequantized_matmul`]).
+
+use half::f16;
+
+use crate::cpu::{check_grouped, dequantized_matmul, per_expert};
+
+use super::{Q6K_BLOCK, QK_K};
+
+/// `x [n, d_in] · Wᵀ -> [n, d_out]` for `W` in Q6_K parts (`values [d_out, d_in]`, `supers`,
+/// `subs` as [`super`] holds them).
+pub fn q6k_matmul(
+    x: &[f32],
+    n: usize,
+    values: &[i8],
+    supers: &[f16],
+    subs: &[i8],
+    d_out: usize,
+    d_in: usize,
+) -> Vec<f32> {
+    dequantized_matmul(x, n, d_out, d_in, |first, weights| {
+        let rows = weights.len() / d_in;
+        let part = super::dequantize_q6k(
+            &values[first * d_in..][..rows * d_in],
+            &supers[first * d_in / QK_K..][..rows * d_in / QK_K],
+            &subs[first * d_in / Q6K_BLOCK..][..rows * d_in / Q6K_BLOCK],
+        );
+        weights.copy_from_slice(&part);
+    })
+}
+
+/// [`q6k_matmul`] per expert (`[E, ...]` stacks), the experts in parallel.
+///
+/// # Panics
+/// If the slices do not match the shapes (`counts` summing to `rows`).
+#[allow(clippy::too_many_arguments)]
+pub fn grouped_q6k_matmul(
+    x: &[f32],
+    counts: &[usize],
+    values: &[i8],
+    supers: &[f16],
+    subs: &[i8],
+    d_out: usize,
+    d_in: usize,
+) -> Vec<f32> {
+    let (size, super_count, sub_count) = (d_out * d_in, d_out * d_in / QK_K, d_out * d_in / Q6K_BLOCK);
+    check_grouped(x, counts, d_in, (values.len(), supers.len()), (size, super_count));
+    assert_eq!(subs.len(), counts.len() * sub_count, "grouped_q6k_matmul: subs do not match the experts");
+    per_expert(x, counts, d_in, |e, x, rows| {
+        q6k_matmul(
+            x,
+            rows,
+            &values[e * size..][..size],
+            &supers[e * super_count..][..super_count],
+            &subs[e * sub_count..][..sub_count],
+            d_out,
+            d_in,
+        )
+    })
+}
