@@ -164,8 +164,9 @@ fn every_weight_held_as_stored_is_llama_cpps_dequantization() {
                 );
             }
             // The file's own type holds most weights (the converter keeps rows that are not whole
-            // blocks in F16; the gates are f32 in every format); Q4_K_M's k-quants, and the Q5_0
-            // llama-quantize gives rows narrower than their 256-value blocks, are held in f32.
+            // blocks in F16; the gates are f32 in every format). The fixtures' Q4_K_M files are
+            // mostly the Q5_0 llama-quantize gives rows narrower than 256 values, held in f32;
+            // their few Q4_K weights are held as `q4_k`, checked above.
             let main = match *ggml_type {
                 "bf16" => WeightFormat::Bf16,
                 "f16" => WeightFormat::F16,

@@ -1,4 +1,4 @@
-//! The Q8_0 and Q4_0 matmuls as an integer dot on x86-64: 8-bit products summed in i32 lanes,
+//! The Q8_0, Q4_0 and Q4_K matmuls as an integer dot on x86-64: 8-bit products summed in i32 lanes,
 //! one lane per weight row, with AVX-512 VNNI ([`avx512`]: `vpdpbusd`, 16 lanes) where the CPU
 //! has it, else with AVX2 ([`avx2`]: `vpmaddubsw` then `vpmaddwd`, 8 lanes), which every x86-64
 //! CPU of the last ten years has (and the one a virtual machine may be left with when its host
@@ -17,7 +17,9 @@
 //! Signs: both instructions want one operand unsigned. Each kernel says how it reads the weights
 //! ([`avx512`] as unsigned bytes `w + bias`, a lane then starting from `-bias Σ x` of its
 //! token's block; [`avx2`] as `|w|`, the sign moved onto the activation, for Q8_0); Q4_0's
-//! nibbles are `q = w + 8`, unsigned already, for both.
+//! nibbles are `q = w + 8`, unsigned already, for both. Q4_K's nibbles are Q4_0's in the same
+//! layout, standing for `s · q - m` with a scale and a min a block ([`q4k_matmul`]): a lane starts
+//! from 0, and the block adds `- m · Σ x` (its scale applied) after its scaled dot.
 
 use half::f16;
 use rayon::prelude::*;
