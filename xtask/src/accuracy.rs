@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail, ensure};
 use decider::{Decider, Qwen35Ops, SystemOneRequest};
 use decider_cli::backend::{BackendName, GenericTask};
-use qwen35::WeightFormat;
+use qwen35::{WeightChoice, WeightFormat};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
@@ -40,6 +40,11 @@ pub struct AccuracyArgs {
     /// rounding of the weights; bf16 and f16 alone).
     #[arg(long, value_delimiter = ',', default_value = "q8,q4,bf16,f16")]
     pub formats: Vec<WeightFormat>,
+    /// GGUF files of the same model (llama.cpp's converter and `llama-quantize`, a
+    /// `decider_config.json` beside each) to measure too: each as stored (`auto`), and its
+    /// values dequantized to f32 (the rounding of the weights alone).
+    #[arg(long, value_delimiter = ',')]
+    pub gguf: Vec<PathBuf>,
     #[arg(long, value_enum, default_value_t = BackendName::default_name())]
     pub backend: BackendName,
 }
@@ -144,8 +149,7 @@ impl Reference {
     }
 }
 
-/// This project's probabilities for every item in `format`, checking each item's rows against
-/// the reference's (same ids, so both sides scored the same prompts).
+/// This project's probabilities for every item from model folder `model` in `format`.
 fn probabilities<B: Qwen35Ops>(
     model: &Path,
     format: WeightFormat,
@@ -154,6 +158,24 @@ fn probabilities<B: Qwen35Ops>(
 ) -> anyhow::Result<Probabilities> {
     let decider = Decider::<B>::load_with_weights(model, format, device)
         .with_context(|| format!("loading {} in {format}", model.display()))?;
+    scored(&decider, &format!("{} in {format}", model.display()), reference)
+}
+
+/// The probabilities of GGUF file `path`'s model with its weights in `weights`.
+fn gguf_probabilities<B: Qwen35Ops>(
+    path: &Path,
+    weights: WeightChoice,
+    reference: &Reference,
+    device: &B::Device,
+) -> anyhow::Result<Probabilities> {
+    let decider = Decider::<B>::load_gguf(path, weights, device)
+        .with_context(|| format!("loading {} in {weights}", path.display()))?;
+    scored(&decider, &format!("{} in {weights}", path.display()), reference)
+}
+
+/// `decider`'s probabilities for every item, checking each item's rows against the reference's
+/// (same ids, so both sides scored the same prompts).
+fn scored<B: Qwen35Ops>(decider: &Decider<B>, about: &str, reference: &Reference) -> anyhow::Result<Probabilities> {
     let items = select_items(&assets_dir(), &TIERS.map(|t| t.name.to_string()), None)?;
     ensure!(items.len() == reference.items.len(), "{} items, the reference has {}", items.len(), reference.items.len());
     let started = std::time::Instant::now();
@@ -173,7 +195,7 @@ fn probabilities<B: Qwen35Ops>(
         }
         out.push(decider.slot_probabilities(&plan.rows)?);
     }
-    eprintln!("{} in {format}: {} items in {:.0} s", model.display(), items.len(), started.elapsed().as_secs_f64());
+    eprintln!("{about}: {} items in {:.0} s", items.len(), started.elapsed().as_secs_f64());
     Ok(out)
 }
 
@@ -231,6 +253,18 @@ impl GenericTask for &AccuracyArgs {
                 "| {format} weights alone (f32 activations) | {} | {compared} | {:.2} | |",
                 columns(&alone),
                 alone.mean / yardstick.mean
+            );
+        }
+        for path in &self.gguf {
+            let name =
+                path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+            let stored = shift(&ours_f32, &gguf_probabilities::<B>(path, WeightChoice::Auto, &reference, device)?)?;
+            println!("| {name} as stored (`auto`, as computed) | {} | (no yardstick) | | | | |", columns(&stored));
+            let exact = WeightChoice::Exactly(WeightFormat::F32);
+            let alone = shift(&ours_f32, &gguf_probabilities::<B>(path, exact, &reference, device)?)?;
+            println!(
+                "| {name} weights alone (dequantized, f32 activations) | {} | (no yardstick) | | | | |",
+                columns(&alone)
             );
         }
         ensure!(failed.is_empty(), "mean |Δp| above {BOUND} x the yardstick's for {failed:?}");

@@ -47,7 +47,8 @@ pub enum Held<B: Backend, const D: usize> {
     Q4(Blocks<B, D>),
     /// A GGUF file's Q4_K blocks along `in` (`decider_ops::q4k_matmul`).
     Q4K(KBlocks<B, D>),
-    /// A GGUF file's Q6_K blocks along `in` (`decider_ops::q6k_matmul`), in row order.
+    /// A GGUF file's Q6_K blocks along `in` (`decider_ops::q6k_matmul`), the values laid out as
+    /// Q8_0's.
     Q6K(KBlocks<B, D>),
 }
 
@@ -235,10 +236,14 @@ impl<B: FormatOps, const D: usize> Weight<B, D> {
                     subs: int_param(q4_rows(subs, last(dims, d_in / Q8_BLOCK * 2), device)),
                 })
             }
-            (WeightValues::Q6K(values, supers, subs), _) => {
+            (WeightValues::Q6K(values, supers, subs), usage) => {
                 let d_in = dims[D - 1];
+                let values = match usage {
+                    WeightUse::Matmul(_) => q8_values(values, dims, device),
+                    WeightUse::Rows => q8_rows(values, dims, device),
+                };
                 Held::Q6K(KBlocks {
-                    values: int_param(q8_rows(values, dims, device)),
+                    values: int_param(values),
                     supers: int_param(block_scales(supers, last(dims, d_in / QK_K), device)),
                     subs: int_param(q8_rows(subs, last(dims, d_in / Q6K_BLOCK), device)),
                 })
@@ -325,7 +330,7 @@ impl<B: FormatOps, const D: usize> Weight<B, D> {
         self.format.half().expect("a weight held in 16 bits is of a 16-bit format")
     }
 
-    /// How finely a Q8_0 product rounds this weight's input.
+    /// How finely a Q8_0 or Q6_K product rounds this weight's input.
     fn activation_bits(&self) -> ActivationBits {
         match self.usage {
             WeightUse::Matmul(input) => input.activation_bits(),
@@ -344,7 +349,7 @@ impl<B: FormatOps + DenseMatmul> Weight<B, 2> {
             Held::Q8(blocks) => q8_matmul(x, blocks.values.val(), blocks.scales.val(), self.activation_bits()),
             Held::Q4(blocks) => q4_matmul(x, blocks.values.val(), blocks.scales.val()),
             Held::Q4K(k) => q4k_matmul(x, k.values.val(), k.supers.val(), k.subs.val()),
-            Held::Q6K(k) => q6k_matmul(x, k.values.val(), k.supers.val(), k.subs.val()),
+            Held::Q6K(k) => q6k_matmul(x, k.values.val(), k.supers.val(), k.subs.val(), self.activation_bits()),
         }
     }
 
@@ -424,7 +429,9 @@ impl<B: FormatOps + DenseMatmul> Weight<B, 3> {
             }
             Held::Q4(blocks) => grouped_q4_matmul(x, blocks.values.val(), blocks.scales.val(), counts),
             Held::Q4K(k) => grouped_q4k_matmul(x, k.values.val(), k.supers.val(), k.subs.val(), counts),
-            Held::Q6K(k) => grouped_q6k_matmul(x, k.values.val(), k.supers.val(), k.subs.val(), counts),
+            Held::Q6K(k) => {
+                grouped_q6k_matmul(x, k.values.val(), k.supers.val(), k.subs.val(), counts, self.activation_bits())
+            }
         }
     }
 }

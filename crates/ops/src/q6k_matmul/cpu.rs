@@ -1,15 +1,41 @@
-//! The Q6_K products on the host, for the CPU backends: panels of rows dequantized to f32, then
-//! sgemm ([`crate::cpu::dequantized_matmul`]).
+//! The Q6_K products on the host, for the CPU backends: Q8_0's integer dot with a scale a half
+//! block ([`crate::cpu::integer_dot::q6k_matmul`]) where the CPU has one, else panels of rows
+//! dequantized to f32 and sgemm.
 
 use half::f16;
 
 use crate::cpu::{check_grouped, dequantized_matmul, per_expert};
+#[cfg(target_arch = "x86_64")]
+use crate::cpu::{dot_isa, integer_dot};
+use crate::{ActivationBits, round_activations};
 
 use super::{Q6K_BLOCK, QK_K};
 
-/// `x [n, d_in] · Wᵀ -> [n, d_out]` for `W` in Q6_K parts (`values [d_out, d_in]`, `supers`,
-/// `subs` as [`super`] holds them).
+/// `round(x) [n, d_in] · Wᵀ -> [n, d_out]` for `W` in Q6_K parts (`values [d_out, d_in]` in
+/// [`crate::q8_matmul::cpu::q8_layout`], `supers`, `subs` as [`super`] holds them), `x` rounded
+/// to `bits`.
+#[allow(clippy::too_many_arguments)]
 pub fn q6k_matmul(
+    x: &[f32],
+    n: usize,
+    values: &[i8],
+    supers: &[f16],
+    subs: &[i8],
+    d_out: usize,
+    d_in: usize,
+    bits: ActivationBits,
+) -> Vec<f32> {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(isa) = dot_isa() {
+        return integer_dot::q6k_matmul(isa, x, n, values, supers, subs, d_out, d_in, bits);
+    }
+    let x = round_activations(x, d_in, bits);
+    dequantized_q6k_matmul(&x, n, values, supers, subs, d_out, d_in)
+}
+
+/// `x · Wᵀ` for `W` in Q6_K parts (`values` in row order): panels of rows dequantized to f32,
+/// then sgemm ([`dequantized_matmul`]); `x` as it is.
+pub fn dequantized_q6k_matmul(
     x: &[f32],
     n: usize,
     values: &[i8],
@@ -29,7 +55,7 @@ pub fn q6k_matmul(
     })
 }
 
-/// [`q6k_matmul`] per expert (`[E, ...]` stacks), the experts in parallel.
+/// [`q6k_matmul`] per expert (`[E, ...]` stacks), the experts in parallel, `x` rounded to `bits`.
 ///
 /// # Panics
 /// If the slices do not match the shapes (`counts` summing to `rows`).
@@ -42,6 +68,7 @@ pub fn grouped_q6k_matmul(
     subs: &[i8],
     d_out: usize,
     d_in: usize,
+    bits: ActivationBits,
 ) -> Vec<f32> {
     let (size, super_count, sub_count) = (d_out * d_in, d_out * d_in / QK_K, d_out * d_in / Q6K_BLOCK);
     check_grouped(x, counts, d_in, (values.len(), supers.len()), (size, super_count));
@@ -55,6 +82,7 @@ pub fn grouped_q6k_matmul(
             &subs[e * sub_count..][..sub_count],
             d_out,
             d_in,
+            bits,
         )
     })
 }

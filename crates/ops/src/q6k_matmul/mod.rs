@@ -7,25 +7,28 @@
 //! bits a weight). Here a weight `[out, in]` is held in three int tensors, as the backend's
 //! [`crate::Q8Matmul::block_storage`] holds narrow ints:
 //!
-//! - `values [out, in]`: each `q - 32` as an i8, in row order ([`crate::q8_rows`]);
+//! - `values [out, in]`: each `q - 32` as an i8, as Q8_0's values are held: in the kernel's
+//!   layout for a product ([`crate::q8_values`]), in row order for a token table
+//!   ([`crate::q8_rows`]);
 //! - `supers [out, in / 256]`: each super-block's `d`, f16 bits ([`crate::block_scales`]);
 //! - `subs [out, in / 16]`: each block's `sc`, an i8 ([`crate::q8_rows`]).
 //!
 //! 8.56 bits a weight: the 6-bit values take a byte each, so that every backend reads them with
 //! Q8_0's tensor ops. [`split_q6_k`] takes a file's blocks apart into them. A block's scale `d ·
 //! sc` is exact in f32 (11 by 8 significant bits) and its product with `q - 32` is rounded once,
-//! as llama.cpp's (`d · sc` first), so each value is exactly llama.cpp's dequantization. Held in
-//! row order, the same tensors serve a product and a token table's rows.
+//! as llama.cpp's (`d · sc` first), so each value is exactly llama.cpp's dequantization.
 //!
-//! The product is `x · Wᵀ` in f32 on the exact weight, the activations not rounded: the host
-//! kernel dequantizes panels of rows and runs sgemm (an integer dot is to come, issue #38).
+//! The product rounds its activations as Q8_0's does ([`crate::ActivationBits`], by what the
+//! projection's input is), then runs Q8_0's integer dot with a scale a half block where the CPU
+//! has one (`crate::cpu::integer_dot::q6k_matmul`): `q6k_matmul` is `round(x) · Wᵀ` on every
+//! backend, whichever kernel runs.
 
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{Int, Tensor, TensorPrimitive};
 use half::f16;
 
 pub use crate::ggml_type::{QK_K, split_q6_k};
-use crate::{BlockInts, Q8Matmul};
+use crate::{ActivationBits, BlockInts, Q8Matmul};
 
 #[cfg(feature = "cpu-kernels")]
 pub mod cpu;
@@ -41,17 +44,19 @@ pub const Q6K_BLOCK: usize = 16;
 
 /// `x · Wᵀ` with `W` in Q6_K blocks.
 pub trait Q6KMatmul: Q8Matmul {
-    /// `x [n, in]`; `values [out, in]`, `supers [out, in / 256]`, `subs [out, in / 16]` as the
-    /// module's doc says. Returns `[n, out]`.
+    /// `x [n, in]`, rounded to `bits`; `values [out, in]` (in [`crate::Q8Matmul::q8_layout`]),
+    /// `supers [out, in / 256]`, `subs [out, in / 16]` as the module's doc says. Returns `[n,
+    /// out]`.
     fn q6k_matmul(
         x: FloatTensor<Self>,
         values: IntTensor<Self>,
         supers: IntTensor<Self>,
         subs: IntTensor<Self>,
+        bits: ActivationBits,
     ) -> FloatTensor<Self> {
         let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
         let [values, supers, subs] = [values, supers, subs].map(Tensor::<Self, 2, Int>::from_primitive);
-        generic::q6k_matmul(x, values, supers, subs).into_primitive().tensor()
+        generic::q6k_matmul(x, values, supers, subs, bits).into_primitive().tensor()
     }
 
     /// The grouped form (see [`crate::grouped_matmul`]): `x [rows, in]` sorted by expert,
@@ -63,8 +68,9 @@ pub trait Q6KMatmul: Q8Matmul {
         supers: IntTensor<Self>,
         subs: IntTensor<Self>,
         counts: IntTensor<Self>,
+        bits: ActivationBits,
     ) -> FloatTensor<Self> {
-        generic::grouped_q6k_matmul::<Self>(x, values, supers, subs, counts)
+        generic::grouped_q6k_matmul::<Self>(x, values, supers, subs, counts, bits)
     }
 }
 
@@ -84,12 +90,14 @@ pub fn q6k_shapes<B: Q8Matmul, const D: usize>(dims: [usize; D]) -> ([usize; D],
     )
 }
 
-/// `x [n, in] · Wᵀ -> [n, out]` with `W [out, in]` in Q6_K blocks (the module's doc).
+/// `round(x) [n, in] · Wᵀ -> [n, out]` with `W [out, in]` in Q6_K blocks (the module's doc), `x`
+/// rounded to `bits`.
 pub fn q6k_matmul<B: Q6KMatmul>(
     x: Tensor<B, 2>,
     values: Tensor<B, 2, Int>,
     supers: Tensor<B, 2, Int>,
     subs: Tensor<B, 2, Int>,
+    bits: ActivationBits,
 ) -> Tensor<B, 2> {
     let [_, d_in] = x.dims();
     let out = values.dims()[0];
@@ -101,10 +109,16 @@ pub fn q6k_matmul<B: Q6KMatmul>(
         subs.dims()
     );
     let [values, supers, subs] = [values, supers, subs].map(Tensor::into_primitive);
-    Tensor::from_primitive(TensorPrimitive::Float(B::q6k_matmul(x.into_primitive().tensor(), values, supers, subs)))
+    Tensor::from_primitive(TensorPrimitive::Float(B::q6k_matmul(
+        x.into_primitive().tensor(),
+        values,
+        supers,
+        subs,
+        bits,
+    )))
 }
 
-/// [`q6k_matmul`] grouped by expert: `x [rows, in]`, sorted by expert with `counts [experts]`
+/// [`q6k_matmul`] grouped by expert: `x [rows, in]` (rounded to `bits`), sorted by expert with `counts [experts]`
 /// rows each, times each row's expert's Q6_K weight (`[experts, ...]` stacks). Returns `[rows,
 /// out]`.
 pub fn grouped_q6k_matmul<B: Q6KMatmul>(
@@ -113,6 +127,7 @@ pub fn grouped_q6k_matmul<B: Q6KMatmul>(
     supers: Tensor<B, 3, Int>,
     subs: Tensor<B, 3, Int>,
     counts: Tensor<B, 1, Int>,
+    bits: ActivationBits,
 ) -> Tensor<B, 2> {
     let ([_, d_in], [experts, out, _], [c]) = (x.dims(), values.dims(), counts.dims());
     assert!(
@@ -131,6 +146,7 @@ pub fn grouped_q6k_matmul<B: Q6KMatmul>(
         supers,
         subs,
         counts.into_primitive(),
+        bits,
     )))
 }
 
@@ -155,22 +171,25 @@ pub mod generic {
     use burn::tensor::{Int, Tensor, TensorPrimitive};
 
     use super::{Q6K_BLOCK, Q6KMatmul, QK_K};
-    use crate::Q8Matmul;
     use crate::dense_matmul::generic::{expert_of, per_expert};
+    use crate::q8_matmul::generic::round_activations;
+    use crate::{ActivationBits, Q8Matmul};
 
-    /// `x · Wᵀ` with the Q6_K weight dequantized first ([`q6k_weight`]).
+    /// `round(x) · Wᵀ` with the Q6_K weight dequantized first ([`q6k_weight`]; `values` in row
+    /// order, not a kernel's), then one float matmul on the activations rounded to `bits`.
     pub fn q6k_matmul<B: Q8Matmul>(
         x: Tensor<B, 2>,
         values: Tensor<B, 2, Int>,
         supers: Tensor<B, 2, Int>,
         subs: Tensor<B, 2, Int>,
+        bits: ActivationBits,
     ) -> Tensor<B, 2> {
         let ([n, d_in], [out, _]) = (x.dims(), values.dims());
         if n == 0 {
             // burn-ndarray 0.21's matmul divides by the row count.
             return Tensor::zeros([0, out], &x.device());
         }
-        x.matmul(q6k_weight(values, supers, subs, d_in).transpose())
+        round_activations(x, bits).matmul(q6k_weight(values, supers, subs, d_in).transpose())
     }
 
     /// The weight `[rows, in]` that Q6_K parts stand for, in tensor ops: `(d · sc) · (q - 32)`,
@@ -205,12 +224,13 @@ pub mod generic {
         supers: IntTensor<B>,
         subs: IntTensor<B>,
         counts: IntTensor<B>,
+        bits: ActivationBits,
     ) -> FloatTensor<B> {
         let x = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(x));
         let [values, supers, subs] = [values, supers, subs].map(Tensor::<B, 3, Int>::from_primitive);
         let d_out = values.dims()[1];
         per_expert(x, Tensor::from_primitive(counts), d_out, |x, expert| {
-            crate::q6k_matmul(x, expert_of(&values, expert), expert_of(&supers, expert), expert_of(&subs, expert))
+            crate::q6k_matmul(x, expert_of(&values, expert), expert_of(&supers, expert), expert_of(&subs, expert), bits)
         })
         .into_primitive()
         .tensor()

@@ -6,10 +6,11 @@ use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{Int, Tensor, TensorMetadata, TensorPrimitive};
 use half::slice::HalfBitsSliceExt;
 
+use crate::ActivationBits;
 use crate::backends::ndarray::{float_tensor, host_counts, with_slice};
 
-/// The kernel of [`super::cpu::q6k_matmul`] on f32 activations; other dtypes take the generic
-/// form.
+/// The kernel of [`super::cpu::q6k_matmul`] on f32 activations (the values in Q8_0's kernel
+/// layout, [`crate::Q8Matmul::q8_layout`]); other dtypes take the generic form.
 impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> crate::Q6KMatmul for NdArray<E, I, Q>
 where
     NdArrayTensor: From<SharedArray<E>> + From<SharedArray<I>>,
@@ -19,19 +20,20 @@ where
         values: IntTensor<Self>,
         supers: IntTensor<Self>,
         subs: IntTensor<Self>,
+        bits: ActivationBits,
     ) -> FloatTensor<Self> {
         let ([n, d_in], [d_out, _]) = (x.shape().dims::<2>(), values.shape().dims::<2>());
         let out = match (&x, &values, &supers, &subs) {
             (NdArrayTensor::F32(x), NdArrayTensor::I8(values), NdArrayTensor::U16(supers), NdArrayTensor::I8(subs)) => {
                 with_slice!(x, |x| with_slice!(values, |values| with_slice!(supers, |supers| with_slice!(
                     subs,
-                    |subs| super::cpu::q6k_matmul(x, n, values, supers.reinterpret_cast(), subs, d_out, d_in)
+                    |subs| super::cpu::q6k_matmul(x, n, values, supers.reinterpret_cast(), subs, d_out, d_in, bits)
                 ))))
             }
             _ => {
                 let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
                 let [values, supers, subs] = [values, supers, subs].map(Tensor::<Self, 2, Int>::from_primitive);
-                return super::generic::q6k_matmul(x, values, supers, subs).into_primitive().tensor();
+                return super::generic::q6k_matmul(x, values, supers, subs, bits).into_primitive().tensor();
             }
         };
         float_tensor::<Self, 2>(out, [n, d_out])
@@ -43,6 +45,7 @@ where
         supers: IntTensor<Self>,
         subs: IntTensor<Self>,
         counts: IntTensor<Self>,
+        bits: ActivationBits,
     ) -> FloatTensor<Self> {
         let [rows, d_in] = x.shape().dims::<2>();
         let [_, d_out, _] = values.shape().dims::<3>();
@@ -55,9 +58,18 @@ where
                 Some(counts),
             ) => with_slice!(x, |x| with_slice!(values, |values| with_slice!(supers, |supers| with_slice!(
                 subs,
-                |subs| super::cpu::grouped_q6k_matmul(x, &counts, values, supers.reinterpret_cast(), subs, d_out, d_in)
+                |subs| super::cpu::grouped_q6k_matmul(
+                    x,
+                    &counts,
+                    values,
+                    supers.reinterpret_cast(),
+                    subs,
+                    d_out,
+                    d_in,
+                    bits
+                )
             )))),
-            _ => return super::generic::grouped_q6k_matmul::<Self>(x, values, supers, subs, counts),
+            _ => return super::generic::grouped_q6k_matmul::<Self>(x, values, supers, subs, counts, bits),
         };
         float_tensor::<Self, 2>(out, [rows, d_out])
     }

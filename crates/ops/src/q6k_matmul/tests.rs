@@ -2,10 +2,15 @@
 //! llama.cpp's dequantization, and its parts against that dequantization bit for bit.
 
 use crate::test_support::*;
-use crate::{GgmlType, Q6K_BLOCK, block_scales, dequantize_q6k, grouped_q6k_matmul, q6k_matmul, q8_rows, split_q6_k};
+use crate::{
+    ActivationBits, GgmlType, Q6K_BLOCK, block_scales, dequantize_q6k, grouped_q6k_matmul, q6k_matmul, q8_rows,
+    q8_values, split_q6_k,
+};
 use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive};
 
 use super::{QK_K, generic};
+
+const BITS: [ActivationBits; 2] = [ActivationBits::Eight, ActivationBits::Sixteen];
 
 #[test]
 fn q6_k_parts_are_llama_cpp_dequantization_bit_for_bit() {
@@ -20,12 +25,11 @@ fn q6_k_parts_are_llama_cpp_dequantization_bit_for_bit() {
     }
 }
 
-/// The tensors `(values, supers, subs)` of a Q6_K weight `[..., out, in]` from a file's blocks.
-fn parts<B: Ops, const D: usize>(
-    bytes: &[u8],
-    dims: [usize; D],
-    device: &B::Device,
-) -> (Tensor<B, D, Int>, Tensor<B, D, Int>, Tensor<B, D, Int>) {
+/// The tensors of a Q6_K weight `[..., out, in]` from a file's blocks: the values in the
+/// kernel's layout and in row order (the generic form's), the supers, the subs.
+type Parts<B, const D: usize> = (Tensor<B, D, Int>, Tensor<B, D, Int>, Tensor<B, D, Int>, Tensor<B, D, Int>);
+
+fn parts<B: Ops, const D: usize>(bytes: &[u8], dims: [usize; D], device: &B::Device) -> Parts<B, D> {
     let (values, supers, subs) = split_q6_k(bytes);
     let d_in = dims[D - 1];
     let with = |width| {
@@ -34,6 +38,7 @@ fn parts<B: Ops, const D: usize>(
         shape
     };
     (
+        q8_values::<B, D>(values.clone(), dims, device),
         q8_rows::<B, D>(values, dims, device),
         block_scales::<B, D>(supers, with(d_in / QK_K), device),
         q8_rows::<B, D>(subs, with(d_in / Q6K_BLOCK), device),
@@ -45,16 +50,20 @@ fn q6k_matmul_matches_plain_loops<B: Ops>(device: &B::Device) {
     for (n, d_out, d_in) in K_SHAPES {
         let (bytes, weights) = k_blocks(&mut rng, GgmlType::Q6K, d_out * d_in / QK_K);
         let (x, _) = block_case(&mut rng, n, 0, d_in);
-        let exact: Vec<f64> = x.iter().map(|&v| v as f64).collect();
-        let (expected, magnitude) = naive_block_matmul(&exact, n, d_out, d_in, |o, i| weights[o * d_in + i] as f64);
-        let x_t = Tensor::<B, 2>::from_data(TensorData::new(x, [n, d_in]), device);
-        let (values, supers, subs) = parts::<B, 2>(&bytes, [d_out, d_in], device);
-        let kernel = q6k_matmul(x_t.clone(), values.clone(), supers.clone(), subs.clone());
-        let generic = generic::q6k_matmul(x_t, values, supers, subs);
-        for (name, out) in [("kernel", kernel), ("generic", generic)] {
-            assert_eq!(out.dims(), [n, d_out], "{name}, {n}x{d_out}x{d_in}");
-            let out: Vec<f32> = out.into_data().convert::<f32>().to_vec().unwrap();
-            check_outputs(&format!("q6_k {name}, {n}x{d_out}x{d_in}"), &out, &expected, &magnitude);
+        let x_t = Tensor::<B, 2>::from_data(TensorData::new(x.clone(), [n, d_in]), device);
+        let (values, plain, supers, subs) = parts::<B, 2>(&bytes, [d_out, d_in], device);
+        for bits in BITS {
+            let (expected, magnitude) =
+                naive_block_matmul(&round_by_rule(&x, largest(bits)), n, d_out, d_in, |o, i| {
+                    weights[o * d_in + i] as f64
+                });
+            let kernel = q6k_matmul(x_t.clone(), values.clone(), supers.clone(), subs.clone(), bits);
+            let generic = generic::q6k_matmul(x_t.clone(), plain.clone(), supers.clone(), subs.clone(), bits);
+            for (name, out) in [("kernel", kernel), ("generic", generic)] {
+                assert_eq!(out.dims(), [n, d_out], "{name}, {n}x{d_out}x{d_in}");
+                let out: Vec<f32> = out.into_data().convert::<f32>().to_vec().unwrap();
+                check_outputs(&format!("q6_k {name}, {bits:?}, {n}x{d_out}x{d_in}"), &out, &expected, &magnitude);
+            }
         }
     }
 }
@@ -66,33 +75,68 @@ fn grouped_q6k_matmul_matches_plain_loops<B: Ops>(device: &B::Device) {
         let (rows, experts) = (counts.iter().sum::<usize>(), counts.len());
         let (bytes, weights) = k_blocks(&mut rng, GgmlType::Q6K, experts * d_out * d_in / QK_K);
         let (x, _) = block_case(&mut rng, rows, 0, d_in);
-        let exact: Vec<f64> = x.iter().map(|&v| v as f64).collect();
-        let (mut expected, mut magnitude) = (Vec::new(), Vec::new());
-        let mut first = 0;
-        for (e, &c) in counts.iter().enumerate() {
-            let (out, size) = naive_block_matmul(&exact[first * d_in..(first + c) * d_in], c, d_out, d_in, |o, i| {
-                weights[(e * d_out + o) * d_in + i] as f64
-            });
-            expected.extend(out);
-            magnitude.extend(size);
-            first += c;
-        }
-        let x_t = Tensor::<B, 2>::from_data(TensorData::new(x, [rows, d_in]), device);
-        let (values, supers, subs) = parts::<B, 3>(&bytes, [experts, d_out, d_in], device);
+        let x_t = Tensor::<B, 2>::from_data(TensorData::new(x.clone(), [rows, d_in]), device);
+        let (values, _, supers, subs) = parts::<B, 3>(&bytes, [experts, d_out, d_in], device);
         let counts_t = counts_tensor::<B>(counts, device);
-        let kernel = grouped_q6k_matmul(x_t.clone(), values.clone(), supers.clone(), subs.clone(), counts_t.clone());
-        let generic = generic::grouped_q6k_matmul::<B>(
-            x_t.into_primitive().tensor(),
-            values.into_primitive(),
-            supers.into_primitive(),
-            subs.into_primitive(),
-            counts_t.into_primitive(),
-        );
-        let name = format!("{counts:?}, {d_in} -> {d_out}");
-        for (form, out) in [("kernel", kernel), ("generic", Tensor::from_primitive(TensorPrimitive::Float(generic)))] {
-            assert_eq!(out.dims(), [rows, d_out], "{form}, {name}");
-            let out = out.into_data().convert::<f32>().to_vec::<f32>().unwrap();
-            check_outputs(&format!("q6_k {form}, {name}"), &out, &expected, &magnitude);
+        for bits in BITS {
+            let rounded = round_by_rule(&x, largest(bits));
+            let (mut expected, mut magnitude) = (Vec::new(), Vec::new());
+            let mut first = 0;
+            for (e, &c) in counts.iter().enumerate() {
+                let x = &rounded[first * d_in..(first + c) * d_in];
+                let (out, size) =
+                    naive_block_matmul(x, c, d_out, d_in, |o, i| weights[(e * d_out + o) * d_in + i] as f64);
+                expected.extend(out);
+                magnitude.extend(size);
+                first += c;
+            }
+            let kernel =
+                grouped_q6k_matmul(x_t.clone(), values.clone(), supers.clone(), subs.clone(), counts_t.clone(), bits);
+            let generic = generic::grouped_q6k_matmul::<B>(
+                x_t.clone().into_primitive().tensor(),
+                values.clone().into_primitive(),
+                supers.clone().into_primitive(),
+                subs.clone().into_primitive(),
+                counts_t.clone().into_primitive(),
+                bits,
+            );
+            let name = format!("{counts:?}, {d_in} -> {d_out}, {bits:?}");
+            for (form, out) in
+                [("kernel", kernel), ("generic", Tensor::from_primitive(TensorPrimitive::Float(generic)))]
+            {
+                assert_eq!(out.dims(), [rows, d_out], "{form}, {name}");
+                let out = out.into_data().convert::<f32>().to_vec::<f32>().unwrap();
+                check_outputs(&format!("q6_k {form}, {name}"), &out, &expected, &magnitude);
+            }
+        }
+    }
+}
+
+#[test]
+fn every_cpu_q6k_kernel_matches_plain_loops() {
+    #[cfg(target_arch = "x86_64")]
+    use crate::cpu::integer_dot as dot;
+    use crate::{q6k_matmul::cpu::dequantized_q6k_matmul, round_activations};
+    let mut rng = Rng(97);
+    for (n, d_out, d_in) in K_SHAPES {
+        let (bytes, weights) = k_blocks(&mut rng, GgmlType::Q6K, d_out * d_in / QK_K);
+        let (x, _) = block_case(&mut rng, n, 0, d_in);
+        let (values, supers, subs) = split_q6_k(&bytes);
+        for bits in BITS {
+            let (expected, magnitude) =
+                naive_block_matmul(&round_by_rule(&x, largest(bits)), n, d_out, d_in, |o, i| {
+                    weights[o * d_in + i] as f64
+                });
+            let name = format!("{n}x{d_out}x{d_in}, {bits:?}");
+            let rounded = round_activations(&x, d_in, bits);
+            let out = dequantized_q6k_matmul(&rounded, n, &values, &supers, &subs, d_out, d_in);
+            check_outputs(&format!("q6_k dequantized, {name}"), &out, &expected, &magnitude);
+            #[cfg(target_arch = "x86_64")]
+            for isa in integer_dots() {
+                let laid_out = dot::q8_layout(isa, &values, d_out, d_in);
+                let out = dot::q6k_matmul(isa, &x, n, &laid_out, &supers, &subs, d_out, d_in, bits);
+                check_outputs(&format!("q6_k {isa:?}, {name}"), &out, &expected, &magnitude);
+            }
         }
     }
 }

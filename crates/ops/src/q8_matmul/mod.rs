@@ -401,7 +401,11 @@ pub mod generic {
     pub(crate) fn round_activations<B: Backend>(x: Tensor<B, 2>, bits: ActivationBits) -> Tensor<B, 2> {
         let [n, d_in] = x.dims();
         let blocks = x.clone().detach().reshape([n, d_in / crate::Q8_BLOCK, crate::Q8_BLOCK]);
-        let scale = blocks.clone().abs().max_dim(2).div_scalar(bits.max_value());
+        // Divided by a tensor, not by a scalar: burn-candle's `div_scalar` multiplies by the
+        // reciprocal, a scale an ulp off the rule's `max / max_value`, which moves values that
+        // lie near a half step by a whole step.
+        let largest = blocks.clone().abs().max_dim(2);
+        let scale = largest.clone() / largest.ones_like().mul_scalar(bits.max_value());
         // A zero scale is a zero block: divided by 1, its values stay 0.
         let divisor = scale.clone().mask_fill(scale.clone().equal_elem(0.0), 1.0);
         let rounded = (blocks / divisor).round() * scale;

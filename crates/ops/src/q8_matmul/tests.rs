@@ -217,7 +217,18 @@ fn q8_blocks_round_as_llama_cpp_q8_0() {
     }
 }
 
+fn generic_rounding_takes_ties_to_even<B: Ops>(device: &B::Device) {
+    // Scale 1 (the block's largest is 127): the halves are ties, to the even neighbour.
+    let mut x = vec![0.0f32; crate::Q8_BLOCK];
+    x[..8].copy_from_slice(&[127.0, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.4]);
+    let x_t = Tensor::<B, 2>::from_data(TensorData::new(x, [1, crate::Q8_BLOCK]), device);
+    let rounded = crate::q8_matmul::generic::round_activations(x_t, ActivationBits::Eight);
+    let rounded: Vec<f32> = rounded.into_data().convert::<f32>().to_vec().unwrap();
+    assert_eq!(&rounded[..8], &[127.0, 0.0, 2.0, 2.0, 0.0, -2.0, -2.0, 3.0]);
+}
+
 crate::test_support::backend_tests!(
+    generic_rounding_takes_ties_to_even,
     block_scales_read_back_as_their_f16_values,
     q8_values_read_back_as_themselves,
     q8_matmul_matches_plain_loops,

@@ -51,33 +51,37 @@ impl kernel::Kernel for Kernel {
         let lane_mask: u16 = if group.full { !0 } else { (1u16 << group.rows) - 1 };
         let pair_bytes = group.rows * F::PAIR_BYTES;
         let mut sums = [_mm512_setzero_ps(); C];
+        let pairs = Q8_BLOCK / 8 / F::SUBS;
         for b in 0..x.blocks {
-            let mut dots: [__m512i; C] = std::array::from_fn(|j| _mm512_set1_epi32(-bias * x.sums[x.at(token + j, b)]));
-            for pair in 0..Q8_BLOCK / 8 {
-                // SAFETY: the group holds `rows × PAIR_BYTES` bytes for each pair of steps.
-                let w = unsafe {
-                    pair_of::<F>(
-                        group.weights.as_ptr().add((b * Q8_BLOCK / 8 + pair) * pair_bytes),
-                        group.rows,
-                        byte_mask,
-                    )
-                };
-                for (j, dot) in dots.iter_mut().enumerate() {
-                    // SAFETY: token `token + j < n`, block `b`, steps `2 pair` and `2 pair + 1`
-                    // are within the activations.
-                    let [first, second] = unsafe {
-                        [x.four(token + j, b, 2 * pair), x.four(token + j, b, 2 * pair + 1)]
-                            .map(|at| at.cast::<i32>().read_unaligned())
+            for h in 0..F::SUBS {
+                let mut dots: [__m512i; C] = std::array::from_fn(|j| _mm512_set1_epi32(-bias * x.sum(token + j, b, h)));
+                for pair in h * pairs..(h + 1) * pairs {
+                    // SAFETY: the group holds `rows × PAIR_BYTES` bytes for each pair of steps.
+                    let w = unsafe {
+                        pair_of::<F>(
+                            group.weights.as_ptr().add((b * Q8_BLOCK / 8 + pair) * pair_bytes),
+                            group.rows,
+                            byte_mask,
+                        )
                     };
-                    *dot = _mm512_dpbusd_epi32(*dot, w[0], _mm512_set1_epi32(first));
-                    *dot = _mm512_dpbusd_epi32(*dot, w[1], _mm512_set1_epi32(second));
+                    for (j, dot) in dots.iter_mut().enumerate() {
+                        // SAFETY: token `token + j < n`, block `b`, steps `2 pair` and `2 pair + 1`
+                        // are within the activations.
+                        let [first, second] = unsafe {
+                            [x.four(token + j, b, 2 * pair), x.four(token + j, b, 2 * pair + 1)]
+                                .map(|at| at.cast::<i32>().read_unaligned())
+                        };
+                        *dot = _mm512_dpbusd_epi32(*dot, w[0], _mm512_set1_epi32(first));
+                        *dot = _mm512_dpbusd_epi32(*dot, w[1], _mm512_set1_epi32(second));
+                    }
                 }
-            }
-            // SAFETY: `scales` holds 16 lanes for each block.
-            let weight_scales = unsafe { _mm512_loadu_ps(group.scales.as_ptr().add(b * Self::GROUP)) };
-            for (j, (sum, dot)) in sums.iter_mut().zip(dots).enumerate() {
-                let scale = _mm512_mul_ps(weight_scales, _mm512_set1_ps(x.scales[x.at(token + j, b)]));
-                *sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, *sum);
+                // SAFETY: `scales` holds 16 lanes for each block (or half block).
+                let weight_scales =
+                    unsafe { _mm512_loadu_ps(group.scales.as_ptr().add((b * F::SUBS + h) * Self::GROUP)) };
+                for (j, (sum, dot)) in sums.iter_mut().zip(dots).enumerate() {
+                    let scale = _mm512_mul_ps(weight_scales, _mm512_set1_ps(x.scales[x.at(token + j, b)]));
+                    *sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, *sum);
+                }
             }
             if F::MINS {
                 // `- m · Σ x` of each row's block: the min times the token's block sum, scaled.
@@ -85,7 +89,7 @@ impl kernel::Kernel for Kernel {
                 let mins = unsafe { _mm512_loadu_ps(group.mins.as_ptr().add(b * Self::GROUP)) };
                 for (j, sum) in sums.iter_mut().enumerate() {
                     let at = x.at(token + j, b);
-                    *sum = _mm512_fnmadd_ps(mins, _mm512_set1_ps(x.scales[at] * x.sums[at] as f32), *sum);
+                    *sum = _mm512_fnmadd_ps(mins, _mm512_set1_ps(x.scales[at] * x.sum(token + j, b, 0) as f32), *sum);
                 }
             }
         }
@@ -96,7 +100,7 @@ impl kernel::Kernel for Kernel {
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn wide_tile<const C: usize>(
+    unsafe fn wide_tile<F: Format, const C: usize>(
         group: &Group,
         x: &Activations<i16>,
         token: usize,
@@ -110,41 +114,46 @@ impl kernel::Kernel for Kernel {
         let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
         let odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
         let mut sums = [_mm512_setzero_ps(); C];
+        let steps = Q8_BLOCK / 4 / F::SUBS;
         for b in 0..x.blocks {
-            // Per token, rows 0–7 and rows 8–15: lanes `2 r` and `2 r + 1` hold row `r`'s inputs
-            // `4 k, 4 k + 1` and `4 k + 2, 4 k + 3` summed over the steps `k`.
-            let mut dots = [[_mm512_setzero_si512(); 2]; C];
-            for step in 0..Q8_BLOCK / 4 {
-                // SAFETY: the group holds `rows × 4` bytes for each step; masked-off bytes are
-                // not read (no fault) and are zero.
-                let w = unsafe {
-                    _mm512_maskz_loadu_epi8(
-                        byte_mask,
-                        group.weights.as_ptr().add((b * Q8_BLOCK / 4 + step) * group.rows * 4).cast(),
-                    )
-                };
-                let halves = [
-                    _mm512_cvtepi8_epi16(_mm512_castsi512_si256(w)),
-                    _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64::<1>(w)),
-                ];
-                for (j, dots) in dots.iter_mut().enumerate() {
-                    // SAFETY: token `token + j < n`, block `b` and step `< 8` are within the
-                    // activations.
-                    let four = _mm512_set1_epi64(unsafe { x.four(token + j, b, step).cast::<i64>().read_unaligned() });
-                    for (dot, half) in dots.iter_mut().zip(halves) {
-                        *dot = _mm512_dpwssd_epi32(*dot, half, four);
+            for h in 0..F::SUBS {
+                // Per token, rows 0–7 and rows 8–15: lanes `2 r` and `2 r + 1` hold row `r`'s inputs
+                // `4 k, 4 k + 1` and `4 k + 2, 4 k + 3` summed over the steps `k`.
+                let mut dots = [[_mm512_setzero_si512(); 2]; C];
+                for step in h * steps..(h + 1) * steps {
+                    // SAFETY: the group holds `rows × 4` bytes for each step; masked-off bytes are
+                    // not read (no fault) and are zero.
+                    let w = unsafe {
+                        _mm512_maskz_loadu_epi8(
+                            byte_mask,
+                            group.weights.as_ptr().add((b * Q8_BLOCK / 4 + step) * group.rows * 4).cast(),
+                        )
+                    };
+                    let halves = [
+                        _mm512_cvtepi8_epi16(_mm512_castsi512_si256(w)),
+                        _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64::<1>(w)),
+                    ];
+                    for (j, dots) in dots.iter_mut().enumerate() {
+                        // SAFETY: token `token + j < n`, block `b` and step `< 8` are within the
+                        // activations.
+                        let four =
+                            _mm512_set1_epi64(unsafe { x.four(token + j, b, step).cast::<i64>().read_unaligned() });
+                        for (dot, half) in dots.iter_mut().zip(halves) {
+                            *dot = _mm512_dpwssd_epi32(*dot, half, four);
+                        }
                     }
                 }
-            }
-            // SAFETY: `scales` holds 16 lanes for each block.
-            let weight_scales = unsafe { _mm512_loadu_ps(group.scales.as_ptr().add(b * Self::GROUP)) };
-            for (j, (sum, [low, high])) in sums.iter_mut().zip(dots).enumerate() {
-                let dot = _mm512_add_epi32(
-                    _mm512_permutex2var_epi32(low, even, high),
-                    _mm512_permutex2var_epi32(low, odd, high),
-                );
-                let scale = _mm512_mul_ps(weight_scales, _mm512_set1_ps(x.scales[x.at(token + j, b)]));
-                *sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, *sum);
+                // SAFETY: `scales` holds 16 lanes for each block (or half block).
+                let weight_scales =
+                    unsafe { _mm512_loadu_ps(group.scales.as_ptr().add((b * F::SUBS + h) * Self::GROUP)) };
+                for (j, (sum, [low, high])) in sums.iter_mut().zip(dots).enumerate() {
+                    let dot = _mm512_add_epi32(
+                        _mm512_permutex2var_epi32(low, even, high),
+                        _mm512_permutex2var_epi32(low, odd, high),
+                    );
+                    let scale = _mm512_mul_ps(weight_scales, _mm512_set1_ps(x.scales[x.at(token + j, b)]));
+                    *sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, *sum);
+                }
             }
         }
         for (j, sum) in sums.into_iter().enumerate() {

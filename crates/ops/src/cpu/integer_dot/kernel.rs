@@ -16,6 +16,9 @@ pub(super) trait Format {
     /// Whether each block also has a min `m` (Q4_K: `w = s · q - m`, the nibble `q` unbiased),
     /// where Q4_0's nibbles stand for `s · (q - 8)`.
     const MINS: bool = false;
+    /// Scales a block of 32 inputs has: 2 for Q6_K's blocks of 16, whose dots are scaled a half
+    /// block at a time.
+    const SUBS: usize = 1;
     /// Bytes a row holds for 8 inputs.
     const PAIR_BYTES: usize = if Self::NIBBLES { 4 } else { 8 };
 }
@@ -37,6 +40,13 @@ pub(super) struct Q4K;
 impl Format for Q4K {
     const NIBBLES: bool = true;
     const MINS: bool = true;
+}
+
+/// Q6_K: Q8_0's bytes (`q - 32`), with a scale a half block.
+pub(super) struct Q6K;
+impl Format for Q6K {
+    const NIBBLES: bool = false;
+    const SUBS: usize = 2;
 }
 
 /// The instructions one kernel is compiled for: its group and tile sizes, and its tiles.
@@ -72,11 +82,17 @@ pub(super) trait Kernel {
         d_out: usize,
     );
 
-    /// [`Kernel::tile`] for Q8_0 weights and 16-bit activations.
+    /// [`Kernel::tile`] for byte weights (Q8_0, Q6_K) and 16-bit activations.
     ///
     /// # Safety
     /// As [`Kernel::tile`].
-    unsafe fn wide_tile<const C: usize>(group: &Group, x: &Activations<i16>, token: usize, out: *mut f32, d_out: usize);
+    unsafe fn wide_tile<F: Format, const C: usize>(
+        group: &Group,
+        x: &Activations<i16>,
+        token: usize,
+        out: *mut f32,
+        d_out: usize,
+    );
 }
 
 /// The activations' integer (8 or 16 bits), and the tile that reads it.
@@ -126,9 +142,9 @@ impl Rounding for i16 {
         out: *mut f32,
         d_out: usize,
     ) {
-        assert!(!F::NIBBLES, "integer_dot: 16-bit activations are for Q8_0 weights");
+        assert!(!F::NIBBLES, "integer_dot: 16-bit activations are for byte weights (Q8_0, Q6_K)");
         // SAFETY: the caller's.
-        unsafe { K::wide_tile::<C>(group, x, token, out, d_out) }
+        unsafe { K::wide_tile::<F, C>(group, x, token, out, d_out) }
     }
 }
 
@@ -148,7 +164,8 @@ pub(super) struct Group<'a> {
     pub(super) rows: usize,
     /// Whether the group has all its rows (only a weight's last group may have fewer).
     pub(super) full: bool,
-    /// `[blocks, GROUP]`: block `b`'s scale of each row.
+    /// `[blocks × SUBS, GROUP]`: block `b`'s scale of each row (half `h`'s at `b × SUBS + h`,
+    /// [`Format::SUBS`]).
     pub(super) scales: &'a [f32],
     /// `[blocks, GROUP]`: block `b`'s min of each row, for a format with mins ([`Format::MINS`]);
     /// else empty.
@@ -162,16 +179,25 @@ pub(super) struct Activations<'a, T> {
     pub(super) values: &'a [T],
     /// `[n, blocks]`.
     pub(super) scales: &'a [f32],
-    /// `[n, blocks]`: what a kernel that reads the weights biased subtracts.
+    /// `[n, blocks, subs]`: each block's (or half block's, for a format of [`Format::SUBS`] 2)
+    /// sum of values, what a kernel that reads the weights biased subtracts.
     pub(super) sums: &'a [i32],
+    /// Sums a block: the format's [`Format::SUBS`].
+    pub(super) subs: usize,
     pub(super) blocks: usize,
 }
 
 impl<T> Activations<'_, T> {
-    /// Token `token`'s block `b`: its index in `scales` and `sums` (× 32 in `values`).
+    /// Token `token`'s block `b`: its index in `scales` (× 32 in `values`).
     #[inline(always)]
     pub(super) fn at(&self, token: usize, b: usize) -> usize {
         token * self.blocks + b
+    }
+
+    /// The sum of token `token`'s block `b` (of its half `h`, in a format of two halves).
+    #[inline(always)]
+    pub(super) fn sum(&self, token: usize, b: usize, h: usize) -> i32 {
+        self.sums[self.at(token, b) * self.subs + h]
     }
 
     /// Where the 4 values of step `step` (inputs `4 step..4 step + 4`) of token `token`'s block

@@ -1,4 +1,4 @@
-//! The Q8_0, Q4_0 and Q4_K matmuls as an integer dot on x86-64: 8-bit products summed in i32 lanes,
+//! The Q8_0, Q4_0, Q4_K and Q6_K matmuls as an integer dot on x86-64: 8-bit products summed in i32 lanes,
 //! one lane per weight row, with AVX-512 VNNI ([`avx512`]: `vpdpbusd`, 16 lanes) where the CPU
 //! has it, else with AVX2 ([`avx2`]: `vpmaddubsw` then `vpmaddwd`, 8 lanes), which every x86-64
 //! CPU of the last ten years has (and the one a virtual machine may be left with when its host
@@ -19,7 +19,9 @@
 //! token's block; [`avx2`] as `|w|`, the sign moved onto the activation, for Q8_0); Q4_0's
 //! nibbles are `q = w + 8`, unsigned already, for both. Q4_K's nibbles are Q4_0's in the same
 //! layout, standing for `s · q - m` with a scale and a min a block ([`q4k_matmul`]): a lane starts
-//! from 0, and the block adds `- m · Σ x` (its scale applied) after its scaled dot.
+//! from 0, and the block adds `- m · Σ x` (its scale applied) after its scaled dot. Q6_K's
+//! values `q - 32` are Q8_0's bytes in the same layout, with a scale a half block of 16
+//! ([`q6k_matmul`]): each half's dot is scaled on its own (its bias from the half's sum).
 
 use half::f16;
 use rayon::prelude::*;
@@ -28,7 +30,7 @@ use crate::cpu::out_ptr::OutPtr;
 use crate::ggml_type::QK_K;
 use crate::instructions::{Instructions, instruction_ceiling};
 use crate::{ActivationBits, Q4_ACTIVATION_BITS, Q4_BLOCK, Q8_BLOCK};
-use kernel::{Activations, Format, Group, Kernel, Q4, Q4K, Q8, Rounding};
+use kernel::{Activations, Format, Group, Kernel, Q4, Q4K, Q6K, Q8, Rounding};
 
 mod avx2;
 mod avx512;
@@ -232,6 +234,39 @@ pub fn q4k_matmul(
     }
 }
 
+/// [`q8_matmul`] for Q6_K (`crate::q6k_matmul`): the values `q - 32` as i8 in `isa`'s
+/// [`q8_layout`], `supers [d_out, d_in / 256]` each super-block's `d` and `subs [d_out, d_in /
+/// 16]` each half block's `sc`, a half block's dot scaled by `d · sc`.
+///
+/// # Panics
+/// As [`q8_matmul`].
+#[allow(clippy::too_many_arguments)]
+pub fn q6k_matmul(
+    isa: DotIsa,
+    x: &[f32],
+    n: usize,
+    values: &[i8],
+    supers: &[f16],
+    subs: &[i8],
+    d_out: usize,
+    d_in: usize,
+    bits: ActivationBits,
+) -> Vec<f32> {
+    // SAFETY: i8 and u8 have the same size and alignment.
+    let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), values.len()) };
+    let scales = Scales::Halves { supers, subs };
+    match (isa, bits) {
+        (DotIsa::Avx512Vnni, ActivationBits::Eight) => {
+            matmul::<avx512::Kernel, Q6K, i8>(x, n, bytes, scales, d_out, d_in)
+        }
+        (DotIsa::Avx512Vnni, ActivationBits::Sixteen) => {
+            matmul::<avx512::Kernel, Q6K, i16>(x, n, bytes, scales, d_out, d_in)
+        }
+        (DotIsa::Avx2, ActivationBits::Eight) => matmul::<avx2::Kernel, Q6K, i8>(x, n, bytes, scales, d_out, d_in),
+        (DotIsa::Avx2, ActivationBits::Sixteen) => matmul::<avx2::Kernel, Q6K, i16>(x, n, bytes, scales, d_out, d_in),
+    }
+}
+
 /// A block format's scales, which the driver widens to f32 lanes group by group.
 #[derive(Clone, Copy)]
 enum Scales<'a> {
@@ -240,6 +275,9 @@ enum Scales<'a> {
     /// Q4_K's: `(d, dmin)` a super-block of 256 and a 6-bit `(sc, m)` a block of 32, the block's
     /// scale `d · sc` and min `dmin · m` (exact in f32: 11 by 6 significant bits).
     SuperBlocks { supers: &'a [f16], subs: &'a [u8] },
+    /// Q6_K's: `d` a super-block of 256 and an i8 `sc` a half block of 16, the half's scale `d ·
+    /// sc` (exact in f32: 11 by 8 significant bits).
+    Halves { supers: &'a [f16], subs: &'a [i8] },
 }
 
 impl Scales<'_> {
@@ -252,14 +290,19 @@ impl Scales<'_> {
                     && supers.len() == d_out * (d_in / QK_K) * 2
                     && subs.len() == d_out * (d_in / Q8_BLOCK) * 2
             }
+            Scales::Halves { supers, subs } => {
+                d_in.is_multiple_of(QK_K) && supers.len() == d_out * (d_in / QK_K) && subs.len() == d_out * (d_in / 16)
+            }
         }
     }
 
-    /// The scales (and mins, for super-blocks) of rows `first..first + rows`, `[blocks, group]`.
-    fn fill(self, group: usize, first: usize, rows: usize, blocks: usize, scales: &mut [f32], mins: &mut [f32]) {
+    /// The scales (and mins, for super-blocks) of rows `first..first + rows`, `[count, group]`
+    /// for `count` scales a row.
+    fn fill(self, group: usize, first: usize, rows: usize, count: usize, scales: &mut [f32], mins: &mut [f32]) {
+        let rows = first..first + rows;
         match self {
             Scales::Blocks(all) => {
-                for (r, row) in all[first * blocks..(first + rows) * blocks].chunks_exact(blocks).enumerate() {
+                for (r, row) in all[rows.start * count..rows.end * count].chunks_exact(count).enumerate() {
                     for (b, &d) in row.iter().enumerate() {
                         scales[b * group + r] = d.to_f32();
                     }
@@ -267,13 +310,21 @@ impl Scales<'_> {
             }
             Scales::SuperBlocks { supers, subs } => {
                 const PER_SUPER: usize = QK_K / Q8_BLOCK;
-                for r in 0..rows {
-                    let (supers, subs) =
-                        (&supers[(first + r) * blocks / PER_SUPER * 2..], &subs[(first + r) * blocks * 2..]);
-                    for b in 0..blocks {
+                for (r, row) in rows.enumerate() {
+                    let (supers, subs) = (&supers[row * count / PER_SUPER * 2..], &subs[row * count * 2..]);
+                    for b in 0..count {
                         let (d, dmin) = (supers[b / PER_SUPER * 2].to_f32(), supers[b / PER_SUPER * 2 + 1].to_f32());
                         scales[b * group + r] = d * subs[2 * b] as f32;
                         mins[b * group + r] = dmin * subs[2 * b + 1] as f32;
+                    }
+                }
+            }
+            Scales::Halves { supers, subs } => {
+                const PER_SUPER: usize = QK_K / 16;
+                for (r, row) in rows.enumerate() {
+                    let (supers, subs) = (&supers[row * count / PER_SUPER..], &subs[row * count..]);
+                    for b in 0..count {
+                        scales[b * group + r] = supers[b / PER_SUPER].to_f32() * subs[b] as f32;
                     }
                 }
             }
@@ -281,16 +332,31 @@ impl Scales<'_> {
     }
 }
 
-/// Rounds each block of `x [n, d_in]` to `T` (its values, scale and value sum): the activations
-/// every group of a product reads.
-fn round_activations<K: Kernel, T: Rounding>(x: &[f32], n: usize, d_in: usize) -> (Vec<T>, Vec<f32>, Vec<i32>) {
+/// Rounds each block of `x [n, d_in]` to `T` (its values, scale, and the sum of the values of
+/// each of its `subs` parts): the activations every group of a product reads.
+fn round_activations<K: Kernel, T: Rounding>(
+    x: &[f32],
+    n: usize,
+    d_in: usize,
+    subs: usize,
+) -> (Vec<T>, Vec<f32>, Vec<i32>) {
     let count = n * (d_in / Q8_BLOCK);
-    let (mut xq, mut xs, mut sums) = (vec![T::default(); count * Q8_BLOCK], vec![0f32; count], vec![0i32; count]);
-    let rounded = xq.par_chunks_mut(Q8_BLOCK).zip(xs.par_iter_mut()).zip(sums.par_iter_mut());
-    // SAFETY: the callers check `K::available()`.
-    rounded
-        .zip(x.par_chunks(Q8_BLOCK))
-        .for_each(|(((values, scale), sum), block)| (*scale, *sum) = unsafe { K::round_block(block, values) });
+    let (mut xq, mut xs, mut sums) =
+        (vec![T::default(); count * Q8_BLOCK], vec![0f32; count], vec![0i32; count * subs]);
+    let rounded = xq.par_chunks_mut(Q8_BLOCK).zip(xs.par_iter_mut()).zip(sums.par_chunks_mut(subs));
+    rounded.zip(x.par_chunks(Q8_BLOCK)).for_each(|(((values, scale), sums), block)| {
+        // SAFETY: the callers check `K::available()`.
+        let (d, sum) = unsafe { K::round_block(block, values) };
+        *scale = d;
+        match sums {
+            [whole] => *whole = sum,
+            parts => {
+                for (part, values) in parts.iter_mut().zip(values.chunks_exact(Q8_BLOCK / subs)) {
+                    *part = values.iter().map(|&v| v.into()).sum();
+                }
+            }
+        }
+    });
     (xq, xs, sums)
 }
 
@@ -310,7 +376,8 @@ fn matmul<K: Kernel, F: Format, T: Rounding>(
             && x.len() == n * d_in
             && weights.len() == d_out * row_bytes
             && scales.fits(d_out, d_in)
-            && matches!(scales, Scales::SuperBlocks { .. }) == F::MINS,
+            && matches!(scales, Scales::SuperBlocks { .. }) == F::MINS
+            && matches!(scales, Scales::Halves { .. }) == (F::SUBS == 2),
         "integer_dot::matmul: lengths do not match [{n}, {d_in}] x [{d_out}, {d_in}]"
     );
     if n == 0 || d_out == 0 || d_in == 0 {
@@ -319,8 +386,8 @@ fn matmul<K: Kernel, F: Format, T: Rounding>(
     // Not zeroed first: the tiles store every value, and zeroing is a serial pass (and the page
     // faults) on the calling thread, 7 % of its time in a decider-2b decision.
     let mut out = Vec::<f32>::with_capacity(n * d_out);
-    let (values, xs, sums) = round_activations::<K, T>(x, n, d_in);
-    let activations = Activations { values: &values, scales: &xs, sums: &sums, blocks };
+    let (values, xs, sums) = round_activations::<K, T>(x, n, d_in, F::SUBS);
+    let activations = Activations { values: &values, scales: &xs, sums: &sums, subs: F::SUBS, blocks };
     let out_ptr = OutPtr::new(&mut out);
     // Tokens in passes whose activations stay in the cache while every group reads them: read
     // for each group, all of 16 batched decisions' down_proj inputs (24 MB) and the weight
@@ -333,9 +400,9 @@ fn matmul<K: Kernel, F: Format, T: Rounding>(
             let first = group * K::GROUP;
             // The group's scales (and mins) in f32 block by block, a lane each (zero past the last
             // row).
-            let mut group_scales = vec![0f32; blocks * K::GROUP];
+            let mut group_scales = vec![0f32; blocks * F::SUBS * K::GROUP];
             let mut group_mins = vec![0f32; if F::MINS { blocks * K::GROUP } else { 0 }];
-            scales.fill(K::GROUP, first, rows, blocks, &mut group_scales, &mut group_mins);
+            scales.fill(K::GROUP, first, rows, blocks * F::SUBS, &mut group_scales, &mut group_mins);
             let group = Group { weights, rows, full: rows == K::GROUP, scales: &group_scales, mins: &group_mins };
             let mut token = pass_start;
             while token < pass_end {
