@@ -403,7 +403,8 @@ pub mod generic {
         let blocks = x.clone().detach().reshape([n, d_in / crate::Q8_BLOCK, crate::Q8_BLOCK]);
         // Divided by a tensor, not by a scalar: burn-candle's `div_scalar` multiplies by the
         // reciprocal, a scale an ulp off the rule's `max / max_value`, which moves values that
-        // lie near a half step by a whole step.
+        // lie near a half step by a whole step. (WGSL does not promise a correctly rounded f32
+        // division either, so on wgpu the scale may still be an ulp off.)
         let largest = blocks.clone().abs().max_dim(2);
         let scale = largest.clone() / largest.ones_like().mul_scalar(bits.max_value());
         // A zero scale is a zero block: divided by 1, its values stay 0.
