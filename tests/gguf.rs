@@ -276,3 +276,45 @@ fn malformed_files_are_refused_with_what_is_wrong() {
         Ok(_) => panic!("/dev/zero was read"),
     }
 }
+
+/// llama.cpp's Q4_K blocks of rows of every kind (`gguf/quantized.gguf`, written through
+/// llama.cpp's own library by `tests/fixtures/gguf/quantized.py`), and of the fixture models'
+/// Q4_K tensors (llama-quantize's, from the weights the BF16 file holds exactly).
+#[test]
+fn q4_k_quantization_is_llama_cpps_byte_for_byte() {
+    let file = GgufFile::open(fixture_path("gguf/quantized.gguf")).unwrap();
+    let source = file.f32("q4_k.source").unwrap();
+    let (tensor, theirs) = file.tensor("q4_k").unwrap();
+    assert_eq!(tensor.ggml_type, GgmlType::Q4K);
+    assert_same_blocks("quantized.gguf q4_k", &decider_ops::quantize_q4_k(&source), theirs);
+    let mut compared = 0;
+    for model in ["dense", "moe"] {
+        let quantized = GgufFile::open(fixture_path(&format!("gguf/{model}-q4_k_m.gguf"))).unwrap();
+        let bf16 = GgufFile::open(fixture_path(&format!("gguf/{model}-bf16.gguf"))).unwrap();
+        for (name, tensor) in quantized.tensors().iter().filter(|(_, t)| t.ggml_type == GgmlType::Q4K) {
+            let (_, theirs) = quantized.tensor(name).unwrap();
+            let ours = decider_ops::quantize_q4_k(&bf16.f32(name).unwrap());
+            assert_same_blocks(&format!("{model}-q4_k_m.gguf {name}"), &ours, theirs);
+            compared += tensor.len();
+        }
+    }
+    assert!(compared >= 8 * 256 * 32, "only {compared} values of the model fixtures are Q4_K");
+}
+
+/// `ours` and `theirs` are the same Q4_K blocks (naming the first that differs).
+fn assert_same_blocks(what: &str, ours: &[u8], theirs: &[u8]) {
+    let size = GgmlType::Q4K.block_bytes();
+    assert_eq!(ours.len(), theirs.len(), "{what}");
+    let differ: Vec<usize> =
+        ours.chunks(size).zip(theirs.chunks(size)).enumerate().filter(|(_, (a, b))| a != b).map(|(i, _)| i).collect();
+    if let Some(&first) = differ.first() {
+        let block = |bytes: &[u8]| bytes[first * size..][..size].to_vec();
+        panic!(
+            "{what}: {} of {} super-blocks differ from llama.cpp's; the first, {first}:\nours   {:?}\ntheirs {:?}",
+            differ.len(),
+            ours.len() / size,
+            block(ours),
+            block(theirs)
+        );
+    }
+}

@@ -22,7 +22,7 @@ use qwen35::checkpoint::Checkpoint;
 use qwen35::gguf::{GgufFile, GgufSource, Value, config_of, load_gguf};
 use qwen35::loader::{Load, TensorSource};
 use qwen35::weight::WeightValues;
-use qwen35::weight_format::{WeightUse, held_format};
+use qwen35::weight_format::{WeightUse, held_as_stored, held_format};
 use qwen35::weights::CheckpointSource;
 use qwen35::{LoadError, Qwen35Config, WeightChoice, WeightFormat};
 use safetensors::Dtype;
@@ -154,7 +154,7 @@ fn every_weight_held_as_stored_is_llama_cpps_dequantization() {
             for (name, dims, usage) in &read {
                 let Some(usage) = *usage else { continue };
                 let stored = auto.stored_format(name).expect("every weight is in the file");
-                let format = held_format(stored, name, dims, usage);
+                let format = held_as_stored(stored, name, dims, usage);
                 *held.entry(format.to_string()).or_default() += 1;
                 let as_stored = f32_of(auto.weight(name, dims, format, usage).unwrap());
                 let exact = f32_of(f32.weight(name, dims, WeightFormat::F32, usage).unwrap());

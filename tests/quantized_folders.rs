@@ -94,6 +94,82 @@ fn a_quantized_folder_loads_as_quantizing_at_load() {
     }
 }
 
+/// `q4_k`: weights of whole super-blocks of 256 stored as llama.cpp's Q4_K blocks of them (the
+/// quantizer is held to llama.cpp's bytes in `tests/gguf.rs`), narrower ones in Q4_0, the token
+/// tables in Q8_0; the folder loads as quantizing at load does, and in f32 as its blocks
+/// dequantized.
+#[test]
+fn a_q4_k_folder_holds_llama_cpps_blocks_and_loads_as_quantizing_at_load() {
+    let device = Default::default();
+    for model in MODELS {
+        let name = format!("{model}/save_pretrained");
+        let (source, folder) = (fixture_path(&name), quantized(&name, WeightFormat::Q4K));
+        let (original, checkpoint) =
+            (Checkpoint::open_dir(&source).unwrap(), Checkpoint::open_dir(folder.path()).unwrap());
+        let shard = std::fs::read(folder.path().join("model-00001.safetensors")).unwrap();
+        let stored = SafeTensors::deserialize(&shard).unwrap();
+        let mut weights = 0;
+        for (blocks, view) in stored.tensors().into_iter().filter(|(name, _)| name.ends_with(".q4k_blocks")) {
+            let weight = blocks.strip_suffix(".q4k_blocks").unwrap();
+            let shape = original.shape(weight).unwrap().to_vec();
+            assert!(shape[shape.len() - 1] % 256 == 0, "{model}: {weight} {shape:?}");
+            assert_eq!(view.dtype(), Dtype::U8, "{model}: {blocks}");
+            let expected = decider_ops::quantize_q4_k(&original.read_f32(weight, &shape).unwrap());
+            assert!(view.data() == expected.as_slice(), "{model}: {blocks} are not the Q4_K blocks of {weight}");
+            let mut dequantized = vec![0f32; expected.len() / 144 * 256];
+            decider_ops::GgmlType::Q4K.dequantize(view.data(), &mut dequantized);
+            let read = checkpoint.read_f32(weight, &shape).unwrap();
+            assert!(read.iter().zip(&dequantized).all(|(a, b)| a.to_bits() == b.to_bits()), "{model}: {weight} in f32");
+            weights += 1;
+        }
+        // The fixtures' rows are whole super-blocks only in the DeltaNets' `out_proj` and the
+        // attention's `o_proj` (as in their Q4_K_M GGUF files).
+        assert_eq!(weights, 4, "{model}: Q4_K weights");
+        assert!(
+            checkpoint.names().any(|name| name.ends_with("q_proj.weight.q4_values")),
+            "{model}: 32-wide rows in Q4_0"
+        );
+        assert!(checkpoint.names().any(|name| name == format!("{EMBED}.q8_values")), "{model}: the table in Q8_0");
+        assert_eq!(WeightChoice::Auto.for_folder::<B>(folder.path(), &device).unwrap(), WeightFormat::Q4K);
+        let ids = Reference::open(model).input_ids::<B>("len64", &device);
+        let logits =
+            |dir: &Path| load(dir, WeightFormat::Q4K).forward(ids.clone()).into_data().to_vec::<f32>().unwrap();
+        assert_eq!(logits(folder.path()), logits(&source), "{model}");
+    }
+}
+
+/// A Q4_K folder's blocks: a super-block scale or min that is not finite, a dtype or block count
+/// that is not Q4_K's, each named with the tensor.
+#[test]
+fn bad_q4_k_blocks_are_named() {
+    let out_proj = "model.layers.1.linear_attn.out_proj.weight";
+    let blocks = format!("{out_proj}.q4k_blocks");
+    let broken = |edit: &dyn Fn(Dtype, Vec<usize>, Vec<u8>) -> (Dtype, Vec<usize>, Vec<u8>)| {
+        let folder = quantized("dense/save_pretrained", WeightFormat::Q4K);
+        rewrite_tensors(&folder.path().join("model-00001.safetensors"), |name, dtype, shape, data| {
+            Some(if name == blocks { edit(dtype, shape, data) } else { (dtype, shape, data) })
+        });
+        folder
+    };
+    // Block 5's dmin (bytes 2..4 of its 144) is infinite.
+    let infinite = broken(&|dtype, shape, mut data| {
+        data[5 * 144 + 2..5 * 144 + 4].copy_from_slice(&f16::INFINITY.to_le_bytes());
+        (dtype, shape, data)
+    });
+    let message = load_error_in(infinite.path(), WeightFormat::Q4K);
+    assert!(message.contains(&format!("`{blocks}`: a scale of q4_K block 5 is inf")), "{message}");
+    let as_i8 = broken(&|_, shape, data| (Dtype::I8, shape, data));
+    let message = load_error_in(as_i8.path(), WeightFormat::Q4K);
+    assert!(message.contains(&format!("`{blocks}`: holds I8 values, not U8")), "{message}");
+    let short = broken(&|dtype, mut shape, mut data| {
+        shape[1] -= 16;
+        data.truncate(shape[0] * shape[1]);
+        (dtype, shape, data)
+    });
+    let message = load_error_in(short.path(), WeightFormat::Q4K);
+    assert!(message.contains(&format!("`{blocks}` has shape [32, 128], expected [32, 144]")), "{message}");
+}
+
 #[test]
 fn blocks_of_another_format_are_refused_with_the_fix() {
     let q8 = quantized("dense/save_pretrained", WeightFormat::Q8);

@@ -224,22 +224,28 @@ impl GenericTask for &AccuracyArgs {
         let mut failed = Vec::new();
         for &format in &self.formats {
             let ours = shift(&ours_f32, &probabilities::<B>(&self.model, format, &reference, device)?)?;
-            // The 16-bit formats have no llama.cpp rounding to compare with: their own error is the figure.
-            if !reference.has(&format.to_string()) {
-                println!("| {format} | {} | (no yardstick) | | | | |", columns(&ours));
+            // The 16-bit formats and q4_k (whose blocks are llama.cpp's own) have no llama.cpp
+            // rounding of their own to compare with: their own error is the figure.
+            let yardstick = match reference.has(&format.to_string()) {
+                true => Some(shift(&reference_f32, &reference.probabilities(&format.to_string())?)?),
+                false => None,
+            };
+            let compared = match &yardstick {
+                Some(y) => format!("{:.5} | {:.4} | {}", y.mean, y.max, y.top_changed),
+                None => "(no yardstick) | |".to_owned(),
+            };
+            let verdict = match &yardstick {
+                Some(y) if ours.mean / y.mean > BOUND => {
+                    failed.push(format);
+                    format!("{:.2} | **fails**", ours.mean / y.mean)
+                }
+                Some(y) => format!("{:.2} | holds", ours.mean / y.mean),
+                None => " | ".to_owned(),
+            };
+            println!("| {format} (as computed) | {} | {compared} | {verdict} |", columns(&ours));
+            if format.half().is_some() {
                 continue;
             }
-            let yardstick = shift(&reference_f32, &reference.probabilities(&format.to_string())?)?;
-            let ratio = ours.mean / yardstick.mean;
-            if ratio > BOUND {
-                failed.push(format);
-            }
-            let verdict = if ratio <= BOUND { "holds" } else { "**fails**" };
-            let compared = format!("{:.5} | {:.4} | {}", yardstick.mean, yardstick.max, yardstick.top_changed);
-            println!(
-                "| {format} (activations in integer blocks, as computed) | {} | {compared} | {ratio:.2} | {verdict} |",
-                columns(&ours)
-            );
             // The same weights with f32 activations (a quantized folder loaded in f32): the
             // rounding scheme alone, against llama.cpp's.
             let folder = std::env::temp_dir().join(format!("decider-accuracy-{}-{format}", std::process::id()));
@@ -249,11 +255,8 @@ impl GenericTask for &AccuracyArgs {
             let alone = probabilities::<B>(&folder, WeightFormat::F32, &reference, device);
             std::fs::remove_dir_all(&folder).with_context(|| format!("removing {}", folder.display()))?;
             let alone = shift(&ours_f32, &alone?)?;
-            println!(
-                "| {format} weights alone (f32 activations) | {} | {compared} | {:.2} | |",
-                columns(&alone),
-                alone.mean / yardstick.mean
-            );
+            let ratio = yardstick.map_or(String::new(), |y| format!("{:.2}", alone.mean / y.mean));
+            println!("| {format} weights alone (f32 activations) | {} | {compared} | {ratio} | |", columns(&alone));
         }
         for path in &self.gguf {
             let name =

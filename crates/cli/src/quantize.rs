@@ -15,7 +15,7 @@ pub struct QuantizeArgs {
     /// Model folder or Hub id (owner/name) to quantize.
     #[arg(long)]
     pub model: ModelSource,
-    /// Format to store the weights in: q8 (llama.cpp's Q8_0), q4 (Q4_0), f16 or bf16.
+    /// Format to store the weights in: q8 (llama.cpp's Q8_0), q4 (Q4_0), q4_k (Q4_K), f16 or bf16.
     #[arg(long, value_parser = stored_format)]
     pub to: WeightFormat,
     /// The folder to write: new, or empty.

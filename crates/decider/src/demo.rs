@@ -38,7 +38,7 @@ pub fn demo_model<B: Qwen35Ops>(device: &B::Device) -> Qwen35Model<B> {
 /// A network of any config with the demo's seeded random weights ([`SeededSource`] of
 /// [`DEMO_SEED`]): the real widths for speed and memory measurements without a checkpoint
 /// (`--model random:CONFIG`). In another format than f32 each weight is the rounding of the f32
-/// network's (Q8_0, Q4_0 or the nearest 16-bit floats), as [`qwen35::weight_format::held_format`]
+/// network's (Q8_0, Q4_0, Q4_K or the nearest 16-bit floats), as [`qwen35::weight_format::held_format`]
 /// holds it.
 pub fn random_model<B: Qwen35Ops>(config: &Qwen35Config, weights: WeightFormat, device: &B::Device) -> Qwen35Model<B> {
     let source = SeededSource::new(DEMO_SEED);

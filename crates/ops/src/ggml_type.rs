@@ -206,6 +206,52 @@ pub fn split_q4_k(bytes: &[u8]) -> (Vec<u8>, Vec<f16>, Vec<u8>) {
     (nibbles, supers, subs)
 }
 
+/// The Q4_K blocks that [`split_q4_k`] took apart, put back together byte for byte (what a
+/// quantized folder stores).
+///
+/// # Panics
+/// If the parts are not those of whole blocks, or a scale or min does not fit in 6 bits.
+pub fn join_q4_k(nibbles: &[u8], supers: &[f16], subs: &[u8]) -> Vec<u8> {
+    let blocks = supers.len() / 2;
+    assert!(
+        supers.len() == 2 * blocks && nibbles.len() == blocks * QK_K / 2 && subs.len() == blocks * 16,
+        "join_q4_k: {} nibble bytes, {} supers and {} subs are not the parts of whole blocks",
+        nibbles.len(),
+        supers.len(),
+        subs.len()
+    );
+    assert!(subs.iter().all(|&s| s < 64), "join_q4_k: a scale or min above 6 bits");
+    let mut bytes = vec![0u8; blocks * GgmlType::Q4K.block_bytes()];
+    for (b, block) in bytes.chunks_exact_mut(GgmlType::Q4K.block_bytes()).enumerate() {
+        block[0..2].copy_from_slice(&supers[2 * b].to_le_bytes());
+        block[2..4].copy_from_slice(&supers[2 * b + 1].to_le_bytes());
+        let (scales, qs) = block[4..].split_at_mut(12);
+        let subs = &subs[16 * b..][..16];
+        for j in 0..QK_K / 32 {
+            let (sc, m) = (subs[2 * j], subs[2 * j + 1]);
+            if j < 4 {
+                scales[j] |= sc;
+                scales[j + 4] |= m;
+            } else {
+                scales[j + 4] = (sc & 0x0f) | ((m & 0x0f) << 4);
+                scales[j - 4] |= (sc >> 4) << 6;
+                scales[j] |= (m >> 4) << 6;
+            }
+            // Sub-block j's nibbles, in Q4_0's order, back to the file's: its 32 values in the
+            // low (even j) or high (odd j) nibbles of bytes 32·(j / 2)...
+            let ours = &nibbles[(b * QK_K + 32 * j) / 2..][..16];
+            let q = &mut qs[32 * (j / 2)..][..32];
+            for i in 0..16 {
+                let (low, high) = (ours[i] & 0x0f, ours[i] >> 4);
+                let shift = if j % 2 == 0 { 0 } else { 4 };
+                q[i] |= low << shift;
+                q[i + 16] |= high << shift;
+            }
+        }
+    }
+    bytes
+}
+
 /// Whole Q6_K blocks taken apart into what [`crate::q6k_matmul`] holds, the same values: each
 /// value `q - 32` as an i8, each block's `d` and each sub-block of 16's i8 scale.
 ///
@@ -348,7 +394,7 @@ fn q3_k(block: &[u8], y: &mut [f32]) {
 
 /// The 6-bit scale and min of sub-block `j` of a Q4_K or Q5_K block's 12 scale bytes
 /// (`get_scale_min_k4`).
-fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     match j {
         0..4 => (q[j] & 63, q[j + 4] & 63),
         _ => ((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4)),

@@ -41,7 +41,9 @@ pub use q4_matmul::{
     Q4_ACTIVATION_BITS, Q4_BLOCK, Q4Matmul, dequantize_q4, grouped_q4_matmul, q4_bytes_f32, q4_matmul, q4_rows,
     q4_values, quantize_q4, quantize_q4_block,
 };
-pub use q4k_matmul::{Q4KMatmul, dequantize_q4k, grouped_q4k_matmul, q4k_matmul, q4k_shapes, split_q4_k};
+pub use q4k_matmul::{
+    Q4KMatmul, dequantize_q4k, grouped_q4k_matmul, join_q4_k, q4k_matmul, q4k_shapes, quantize_q4_k, split_q4_k,
+};
 pub use q6k_matmul::{Q6K_BLOCK, Q6KMatmul, dequantize_q6k, grouped_q6k_matmul, q6k_matmul, q6k_shapes, split_q6_k};
 pub use q8_matmul::{
     ActivationBits, Q8_BLOCK, Q8Matmul, block_scales, block_scales_f32, dequantize_q8, grouped_q8_matmul, q8_matmul,

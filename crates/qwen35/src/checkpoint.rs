@@ -1,5 +1,5 @@
 //! A safetensors checkpoint on disk: one file or shards listed by `model.safetensors.index.json`,
-//! memory-mapped, read one tensor at a time as f32 or straight into Q8_0 or Q4_0 blocks
+//! memory-mapped, read one tensor at a time as f32 or straight into Q8_0, Q4_0 or Q4_K blocks
 //! (converted in parallel).
 //!
 //! Nothing is copied into RAM until a tensor is read, and then only that tensor: a checkpoint
@@ -16,7 +16,11 @@ use safetensors::SafeTensors;
 use safetensors::tensor::{Dtype, TensorInfo};
 use serde::Deserialize;
 
-use decider_ops::{Half, Q4_BLOCK, Q8_BLOCK, dequantize_q4, dequantize_q8, quantize_q4_block, quantize_q8_block};
+use decider_ops::ggml_type::QK_K;
+use decider_ops::{
+    GgmlType, Half, Q4_BLOCK, Q8_BLOCK, dequantize_q4, dequantize_q4k, dequantize_q8, join_q4_k, quantize_q4_block,
+    quantize_q4_k, quantize_q8_block,
+};
 
 use crate::error::LoadError;
 use crate::model_file::{INDEX_BYTES, check_regular, read_bounded_text};
@@ -190,6 +194,12 @@ impl Checkpoint {
                 let (packed, scales) = self.read_q4_blocks(name, expected)?;
                 return Ok(dequantize_q4(&packed, &scales));
             }
+            Some(WeightFormat::Q4K) => {
+                let WeightValues::Q4K(packed, supers, subs) = self.read_q4k(name, expected)? else {
+                    unreachable!("read_q4k reads Q4_K")
+                };
+                return Ok(dequantize_q4k(&packed, &supers, &subs));
+            }
             // Formats stored as floats are read below.
             _ => {}
         }
@@ -244,10 +254,41 @@ impl Checkpoint {
                 let half = format.half().expect("a 16-bit format");
                 WeightValues::Half(half, self.read_half(name, expected, half)?)
             }
-            WeightFormat::Q4K | WeightFormat::Q6K => {
-                unreachable!("a load of a folder is never asked for {format}, which is held only from GGUF files")
+            WeightFormat::Q4K => self.read_q4k(name, expected)?,
+            WeightFormat::Q6K => {
+                unreachable!("a load of a folder is never asked for q6_k, which is held only from GGUF files")
             }
         })
+    }
+
+    /// Reads weight `name` (of `expected` shape, its last dimension whole super-blocks of 256) in
+    /// Q4_K: the blocks of a quantized folder as stored, else its floats quantized as llama.cpp
+    /// does (`decider_ops::quantize_q4_k`) a chunk of rows at a time, with no f32 copy of it.
+    pub fn read_q4k(&self, name: &str, expected: &[usize]) -> Result<WeightValues, LoadError> {
+        let blocks_shape = q4k_blocks_shape(name, expected)?;
+        if self.blocks_in(name, WeightFormat::Q4K)? {
+            let blocks_name = block_part(name, Q4K_BLOCKS);
+            let blocks = self.tensor_bytes(&blocks_name, &blocks_shape)?;
+            check_dtype(&blocks, Dtype::U8)?;
+            let values = WeightValues::from_q4_k(blocks.name, blocks.bytes);
+            blocks.release();
+            return values;
+        }
+        let tensor = self.float_bytes(name, expected)?;
+        let block_bytes = GgmlType::Q4K.block_bytes();
+        let mut blocks = vec![0u8; tensor.len() / QK_K * block_bytes];
+        let non_finite = blocks
+            .par_chunks_mut(CHUNK / QK_K * block_bytes)
+            .zip(tensor.bytes.par_chunks(CHUNK * tensor.width))
+            .map(|(blocks, bytes)| {
+                let mut values = vec![0f32; bytes.len() / tensor.width];
+                tensor.convert(bytes, &mut values);
+                blocks.copy_from_slice(&quantize_q4_k(&values));
+                NonFinite::of(&values)
+            })
+            .collect();
+        tensor.finish(non_finite)?;
+        WeightValues::from_q4_k(name, &blocks)
     }
 
     /// Reads tensor `name` (of `expected` shape) as 16-bit patterns of `half`: a tensor stored in
@@ -420,7 +461,8 @@ impl Checkpoint {
     /// The block format weight `name` is stored in by a quantized folder, if any (refused when it
     /// is stored both so and as it is, or in two formats: they could differ).
     fn stored_blocks(&self, name: &str) -> Result<Option<WeightFormat>, LoadError> {
-        let formats: Vec<(WeightFormat, String)> = [(WeightFormat::Q8, Q8_VALUES), (WeightFormat::Q4, Q4_VALUES)]
+        let parts = [(WeightFormat::Q8, Q8_VALUES), (WeightFormat::Q4, Q4_VALUES), (WeightFormat::Q4K, Q4K_BLOCKS)];
+        let formats: Vec<(WeightFormat, String)> = parts
             .into_iter()
             .map(|(format, part)| (format, block_part(name, part)))
             .filter(|(_, values)| self.contains(values))
@@ -517,6 +559,26 @@ pub const Q8_SCALES: &str = "q8_scales";
 pub const Q4_VALUES: &str = "q4_values";
 /// ... and its scales: `{weight}.q4_scales`, as Q8_0's.
 pub const Q4_SCALES: &str = "q4_scales";
+
+/// A weight's Q4_K blocks: `{weight}.q4k_blocks`, U8 of the weight's shape with the last
+/// dimension `in / 256 · 144`, llama.cpp's `block_q4_K` bytes (`decider_ops::quantize_q4_k`).
+pub const Q4K_BLOCKS: &str = "q4k_blocks";
+
+/// The shape of the Q4_K blocks of weight `name` of `shape`: 144 bytes a super-block of 256
+/// along the last dimension, which must be whole super-blocks.
+pub fn q4k_blocks_shape(name: &str, shape: &[usize]) -> Result<Vec<usize>, LoadError> {
+    let mut blocks = shape.to_vec();
+    match blocks.last_mut() {
+        Some(cols) if *cols % QK_K == 0 => {
+            *cols = *cols / QK_K * GgmlType::Q4K.block_bytes();
+            Ok(blocks)
+        }
+        _ => Err(LoadError::Blocks {
+            name: name.to_owned(),
+            reason: format!("{shape:?} are not rows of whole super-blocks of {QK_K}"),
+        }),
+    }
+}
 
 /// The shape of the scales of weight `name` of `shape` in blocks (Q8_0 or Q4_0, both of 32 values):
 /// a scale per block along the last dimension, which must be whole blocks.
@@ -714,8 +776,14 @@ impl Written for WeightValues {
                 writer.add(block_part(name, Q4_VALUES), Dtype::U8, packed_shape(name, shape)?, packed.clone())?;
                 write_scales(name, Q4_SCALES, shape, scales, writer)
             }
-            WeightValues::Q4K(..) | WeightValues::Q6K(..) => {
-                unreachable!("a folder is written from a folder, whose weights are never held in a GGUF k-quant")
+            WeightValues::Q4K(packed, supers, subs) => writer.add(
+                block_part(name, Q4K_BLOCKS),
+                Dtype::U8,
+                q4k_blocks_shape(name, shape)?,
+                join_q4_k(packed, supers, subs),
+            ),
+            WeightValues::Q6K(..) => {
+                unreachable!("a folder is written from a folder, whose weights are never held in Q6_K")
             }
         }
     }

@@ -18,7 +18,7 @@ use burn::tensor::{Tensor, TensorData, backend::Backend};
 
 use crate::error::LoadError;
 use crate::weight::{Weight, WeightValues};
-use crate::weight_format::{FormatOps, WeightFormat, WeightUse, held_format};
+use crate::weight_format::{FormatOps, WeightFormat, WeightUse, held_as_stored, held_format};
 
 /// The field of the `weights read` progress event ([`Loader::layers_built`]) that counts the
 /// layers read so far (the name the event is emitted with there).
@@ -46,7 +46,7 @@ pub trait TensorSource {
 
     /// The format weight `name` is held in when the source keeps each weight's own (a GGUF file
     /// loaded with `auto`: its tensors each have a type); `None`: the format the load asks for.
-    /// Either way the format policy ([`held_format`]) applies to it.
+    /// Either way the format policy applies to it ([`held_as_stored`], [`held_format`]).
     fn stored_format(&self, _name: &str) -> Option<WeightFormat> {
         None
     }
@@ -189,8 +189,10 @@ impl<B: FormatOps> Loader<'_, '_, B> {
     /// gives it ([`held_format`]).
     pub fn weight<const D: usize>(&self, name: &str, dims: [usize; D], usage: WeightUse) -> Weight<B, D> {
         let name = self.name_of(name);
-        let stored = self.load.source.and_then(|source| source.stored_format(&name));
-        let format = held_format(stored.unwrap_or(self.load.requested), &name, &dims, usage);
+        let format = match self.load.source.and_then(|source| source.stored_format(&name)) {
+            Some(stored) => held_as_stored(stored, &name, &dims, usage),
+            None => held_format(self.load.requested, &name, &dims, usage),
+        };
         let device = self.load.device;
         let values = self.load.source().and_then(|source| self.load.ok(source.weight(&name, &dims, format, usage)));
         let weight = match values {

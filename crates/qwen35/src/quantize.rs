@@ -6,6 +6,7 @@
 //! each tensor the model reads, under its checkpoint name: a weight held in Q8_0 as
 //! `{name}.q8_values` and `{name}.q8_scales` ([`crate::checkpoint::Q8_VALUES`]), one held in Q4_0
 //! as `{name}.q4_values` and `{name}.q4_scales` ([`crate::checkpoint::Q4_VALUES`]), one held in
+//! Q4_K as llama.cpp's blocks `{name}.q4k_blocks` ([`crate::checkpoint::Q4K_BLOCKS`]), one held in
 //! f16 or bf16 as itself in that dtype, every other tensor in f32, and each shard's metadata
 //! names the format ([`crate::checkpoint::FORMAT_KEY`]).
 //! Tensors the model does not read (a vision tower, MTP) are left out. The tensors are read by the loader itself

@@ -4,17 +4,19 @@
 //! Which format a weight gets is [`crate::weight_format::held_format`]'s; its values come from a
 //! [`crate::loader::TensorSource`] as [`WeightValues`].
 
+use crate::error::LoadError;
 use crate::weight_format::{FormatOps, WeightFormat, WeightUse};
 use burn::module::{Module, Param, ParamId};
 use burn::tensor::{FloatDType, Int, Tensor, TensorData, backend::Backend};
 use decider_ops::ggml_type::QK_K;
 use decider_ops::q6k_matmul::generic::q6k_scaled;
 use decider_ops::{
-    ActivationBits, BlockInts, DenseMatmul, Half, Q6K_BLOCK, Q8_BLOCK, block_scales, block_scales_f32, dense_matmul,
-    grouped_half_float_matmul, grouped_half_matmul, grouped_matmul, grouped_q4_matmul, grouped_q4k_matmul,
-    grouped_q6k_matmul, grouped_q8_matmul, half_bits, half_bits_f32, half_float_matmul, half_floats, half_matmul,
-    holds_half_floats, q4_matmul, q4_rows, q4_values, q4k_matmul, q4k_shapes, q6k_matmul, q6k_shapes, q8_matmul,
-    q8_rows, q8_values, q8_values_f32, quantize_q4, quantize_q8,
+    ActivationBits, BlockInts, DenseMatmul, GgmlType, Half, Q6K_BLOCK, Q8_BLOCK, block_scales, block_scales_f32,
+    dense_matmul, grouped_half_float_matmul, grouped_half_matmul, grouped_matmul, grouped_q4_matmul,
+    grouped_q4k_matmul, grouped_q6k_matmul, grouped_q8_matmul, half_bits, half_bits_f32, half_float_matmul,
+    half_floats, half_matmul, holds_half_floats, q4_matmul, q4_rows, q4_values, q4k_matmul, q4k_shapes, q6k_matmul,
+    q6k_shapes, q8_matmul, q8_rows, q8_values, q8_values_f32, quantize_q4, quantize_q4_k, quantize_q8, split_q4_k,
+    split_q6_k,
 };
 use half::f16;
 use rayon::prelude::*;
@@ -117,10 +119,37 @@ impl WeightValues {
                 let (packed, scales) = quantize_q4(&values, d_in);
                 WeightValues::Q4(packed, scales)
             }
-            WeightFormat::Q4K | WeightFormat::Q6K => {
-                unreachable!("{format} holds only a GGUF file's own blocks: nothing is quantized to it")
+            WeightFormat::Q4K => {
+                let (packed, supers, subs) = split_q4_k(&quantize_q4_k(&values));
+                WeightValues::Q4K(packed, supers, subs)
             }
+            WeightFormat::Q6K => unreachable!("q6_k holds only a GGUF file's own blocks: nothing is quantized to it"),
         })
+    }
+
+    /// Weight `name` in llama.cpp's Q4_K blocks `bytes` (a GGUF file's or a quantized folder's),
+    /// taken apart ([`split_q4_k`]); refused, naming the block, where a scale or min of it is not
+    /// finite.
+    pub fn from_q4_k(name: &str, bytes: &[u8]) -> Result<WeightValues, LoadError> {
+        let (packed, supers, subs) = split_q4_k(bytes);
+        finite_scales(name, GgmlType::Q4K, &supers, 2).map(|()| WeightValues::Q4K(packed, supers, subs))
+    }
+
+    /// [`WeightValues::from_q4_k`] for Q6_K blocks ([`split_q6_k`]).
+    pub fn from_q6_k(name: &str, bytes: &[u8]) -> Result<WeightValues, LoadError> {
+        let (values, supers, subs) = split_q6_k(bytes);
+        finite_scales(name, GgmlType::Q6K, &supers, 1).map(|()| WeightValues::Q6K(values, supers, subs))
+    }
+}
+
+/// `Ok` unless one of a k-quant's super-block scales (`per_block` a block) is not finite.
+fn finite_scales(name: &str, ggml_type: GgmlType, supers: &[f16], per_block: usize) -> Result<(), LoadError> {
+    match supers.iter().position(|d| !d.is_finite()) {
+        None => Ok(()),
+        Some(at) => Err(LoadError::Blocks {
+            name: name.to_owned(),
+            reason: format!("a scale of {} block {} is {}", ggml_type.name(), at / per_block, supers[at]),
+        }),
     }
 }
 

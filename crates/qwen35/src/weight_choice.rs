@@ -95,6 +95,7 @@ mod tests {
             ("q4", WeightChoice::Exactly(WeightFormat::Q4)),
             ("f16", WeightChoice::Exactly(WeightFormat::F16)),
             ("bf16", WeightChoice::Exactly(WeightFormat::Bf16)),
+            ("q4_k", WeightChoice::Exactly(WeightFormat::Q4K)),
         ] {
             assert_eq!(name.parse::<WeightChoice>(), Ok(choice));
             assert_eq!(choice.to_string(), name);

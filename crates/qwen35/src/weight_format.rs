@@ -6,11 +6,15 @@
 //! expert and routed experts; the token tables), all but a fraction of a percent of the weights.
 //! The gates stay f32 whatever the format: the MoE router (`mlp.gate`) and the shared expert's
 //! gate, and the DeltaNet's `in_proj_a`/`in_proj_b` (their outputs set the decay and the write
-//! strength of the recurrent state). A token table asked for in `q4` is held in `q8`: its rows
-//! are the label logits themselves. A weight whose input width is not a whole number of blocks
-//! stays f32 in the block formats. The k-quants, held only as a GGUF file stores them, follow
-//! the same policy: a Q4_K token table is held in f32 (Q6_K's, held by row, is read by row). Everything that is not a matrix (norms, `A_log`, `dt_bias`,
-//! the conv kernel) is f32 and is not a [`crate::weight::Weight`] at all.
+//! strength of the recurrent state). A token table asked for in `q4` or `q4_k` is held in `q8`:
+//! its rows are the label logits themselves. A weight whose input width is not a whole number of
+//! blocks takes the next format whose blocks fit: `q4_k` (super-blocks of 256) then `q4` (blocks
+//! of 32), `q8` and `q4` then f32. Everything that is not a matrix (norms, `A_log`, `dt_bias`, the
+//! conv kernel) is f32 and is not a [`crate::weight::Weight`] at all.
+//!
+//! A GGUF file loaded with `auto` holds each weight in its stored type's format where the policy
+//! gives that format, or one that holds its values exactly (Q4_0 as Q8_0), and in f32 elsewhere
+//! ([`held_as_stored`]): blocks are never rounded into other blocks.
 
 use std::fmt;
 use std::str::FromStr;
@@ -41,26 +45,29 @@ pub enum WeightFormat {
     /// bfloat16, 2 bytes a weight: exact for a bf16 checkpoint (the released ones are), so the
     /// same answers as `f32` in half its memory.
     Bf16,
-    /// llama.cpp's Q4_K, a GGUF file's blocks as stored: 4-bit values in super-blocks of 256
-    /// with a 6-bit scale and min a block of 32, 0.58 bytes a weight (see
-    /// [`decider_ops::q4k_matmul`]). Held only from a GGUF file (`auto`): nothing is quantized
-    /// to it.
+    /// llama.cpp's Q4_K: 4-bit values in super-blocks of 256 with a 6-bit scale and min a block
+    /// of 32, held in 0.58 bytes a weight (see [`decider_ops::q4k_matmul`]): a GGUF file's blocks
+    /// as stored, or quantized as llama.cpp does ([`decider_ops::quantize_q4_k`]).
+    #[serde(rename = "q4_k")]
     Q4K,
     /// llama.cpp's Q6_K, a GGUF file's blocks as stored: 6-bit values in super-blocks of 256 with
     /// an 8-bit scale a block of 16, held in 1.07 bytes a weight (see
-    /// [`decider_ops::q6k_matmul`]). Held only from a GGUF file (`auto`).
+    /// [`decider_ops::q6k_matmul`]). Held only from a GGUF file (`auto`): nothing is quantized to
+    /// it.
+    #[serde(rename = "q6_k")]
     Q6K,
 }
 
 impl WeightFormat {
-    /// Every format a load can be asked for, by its command-line name (the k-quants are held
-    /// only as a GGUF file stores them, with `auto`).
-    pub const ALL: [(&'static str, WeightFormat); 5] = [
+    /// Every format a load can be asked for, by its command-line name (Q6_K is held only as a
+    /// GGUF file stores it, with `auto`).
+    pub const ALL: [(&'static str, WeightFormat); 6] = [
         ("f32", WeightFormat::F32),
         ("q8", WeightFormat::Q8),
         ("q4", WeightFormat::Q4),
         ("f16", WeightFormat::F16),
         ("bf16", WeightFormat::Bf16),
+        ("q4_k", WeightFormat::Q4K),
     ];
 
     /// llama.cpp's names of the formats whose blocks are its own (what its users type), read as
@@ -94,10 +101,9 @@ impl WeightFormat {
         }
     }
 
-    /// Its name: the command-line name of [`WeightFormat::ALL`], llama.cpp's for the k-quants.
+    /// Its name: the command-line name of [`WeightFormat::ALL`], llama.cpp's for Q6_K.
     pub fn name(self) -> &'static str {
         match self {
-            WeightFormat::Q4K => "q4_k",
             WeightFormat::Q6K => "q6_k",
             _ => Self::ALL
                 .iter()
@@ -152,12 +158,24 @@ pub fn held_format(requested: WeightFormat, name: &str, dims: &[usize], usage: W
     let d_in = dims.last().copied().unwrap_or(0);
     match requested {
         _ if GATES.contains(&module) => WeightFormat::F32,
-        WeightFormat::Q4 if usage == WeightUse::Rows => held_format(WeightFormat::Q8, name, dims, usage),
+        WeightFormat::Q4 | WeightFormat::Q4K if usage == WeightUse::Rows => {
+            held_format(WeightFormat::Q8, name, dims, usage)
+        }
         WeightFormat::Q8 if !d_in.is_multiple_of(Q8_BLOCK) => WeightFormat::F32,
         WeightFormat::Q4 if !d_in.is_multiple_of(Q4_BLOCK) => WeightFormat::F32,
-        WeightFormat::Q4K if usage == WeightUse::Rows => WeightFormat::F32,
-        WeightFormat::Q4K | WeightFormat::Q6K if !d_in.is_multiple_of(QK_K) => WeightFormat::F32,
+        WeightFormat::Q4K if !d_in.is_multiple_of(QK_K) => held_format(WeightFormat::Q4, name, dims, usage),
+        WeightFormat::Q6K if !d_in.is_multiple_of(QK_K) => WeightFormat::F32,
         format => format,
+    }
+}
+
+/// The format a weight stored in `stored` (a GGUF tensor's type, with each weight held as
+/// stored) is held in: the policy's ([`held_format`]) where that holds the stored values exactly
+/// (the stored format itself, f32, or Q8_0 for Q4_0's values), else f32.
+pub fn held_as_stored(stored: WeightFormat, name: &str, dims: &[usize], usage: WeightUse) -> WeightFormat {
+    match held_format(stored, name, dims, usage) {
+        format if format == stored || (format, stored) == (WeightFormat::Q8, WeightFormat::Q4) => format,
+        _ => WeightFormat::F32,
     }
 }
 

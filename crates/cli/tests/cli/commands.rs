@@ -248,8 +248,8 @@ fn decider_variables_choose_the_weights_and_the_backend_and_flags_win() {
 #[test]
 fn quantize_names_the_formats_it_writes() {
     for (to, expected) in [
-        ("q3", "unknown format `q3` to store (expected one of: q8, q4, f16, bf16)"),
-        ("f32", "f32 keeps the checkpoint's own values (quantize writes q8, q4, f16, bf16)"),
+        ("q3", "unknown format `q3` to store (expected one of: q8, q4, f16, bf16, q4_k)"),
+        ("f32", "f32 keeps the checkpoint's own values (quantize writes q8, q4, f16, bf16, q4_k)"),
     ] {
         let (ok, _, stderr) = decider(&["quantize", "--model", "demo", "--to", to, "--out", "/nonexistent/out"]);
         assert!(!ok && stderr.contains(expected), "--to {to}: {stderr}");

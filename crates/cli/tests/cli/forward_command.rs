@@ -108,7 +108,7 @@ fn bad_input_is_reported() {
         (&["--ids", "1", "--backend", "tpu"], "possible values"),
         (
             &["--ids", "1", "--weights", "q3"],
-            "unknown weight format `q3` (expected one of: auto, f32, q8, q4, f16, bf16)",
+            "unknown weight format `q3` (expected one of: auto, f32, q8, q4, f16, bf16, q4_k)",
         ),
     ];
     for (args, message) in cases {

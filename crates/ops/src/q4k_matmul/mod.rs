@@ -25,13 +25,15 @@ use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{Int, Tensor, TensorPrimitive};
 use half::f16;
 
-pub use crate::ggml_type::{QK_K, split_q4_k};
+pub use crate::ggml_type::{QK_K, join_q4_k, split_q4_k};
 use crate::{BlockInts, Q4Matmul, Q8_BLOCK};
+pub use quantize::quantize_q4_k;
 
 #[cfg(feature = "cpu-kernels")]
 pub mod cpu;
 #[cfg(feature = "ndarray")]
 mod ndarray;
+mod quantize;
 #[cfg(test)]
 mod tests;
 

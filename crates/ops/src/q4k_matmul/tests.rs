@@ -2,7 +2,10 @@
 //! llama.cpp's dequantization, and its parts against that dequantization bit for bit.
 
 use crate::test_support::*;
-use crate::{GgmlType, block_scales, dequantize_q4k, grouped_q4k_matmul, q4_rows, q4_values, q4k_matmul, split_q4_k};
+use crate::{
+    GgmlType, block_scales, dequantize_q4k, grouped_q4k_matmul, join_q4_k, q4_rows, q4_values, q4k_matmul,
+    quantize_q4_k, split_q4_k,
+};
 use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive};
 use half::f16;
 
@@ -19,6 +22,31 @@ fn q4_k_parts_are_llama_cpp_dequantization_bit_for_bit() {
     for (i, (ours, theirs)) in ours.iter().zip(&weights).enumerate() {
         assert_eq!(ours.to_bits(), theirs.to_bits(), "value {i}: {ours} vs llama.cpp's {theirs}");
     }
+}
+
+#[test]
+fn joining_the_parts_gives_back_the_blocks() {
+    let mut rng = Rng(62);
+    let (bytes, _) = k_blocks(&mut rng, GgmlType::Q4K, 300);
+    let (packed, supers, subs) = split_q4_k(&bytes);
+    assert_eq!(join_q4_k(&packed, &supers, &subs), bytes);
+}
+
+/// The quantizer is held to llama.cpp's bytes by `tests/gguf.rs`; here, that its blocks stand
+/// for the weights: within half a step of each block's grid (plus the 6-bit scales' rounding).
+#[test]
+fn quantized_blocks_stand_for_the_weights() {
+    let mut rng = Rng(63);
+    let weights: Vec<f32> = (0..64 * QK_K).map(|_| (rng.next_f32() - 0.5) * 0.04).collect();
+    let bytes = quantize_q4_k(&weights);
+    assert_eq!(bytes.len(), 64 * GgmlType::Q4K.block_bytes());
+    let mut back = vec![0f32; weights.len()];
+    GgmlType::Q4K.dequantize(&bytes, &mut back);
+    let error: f32 = weights.iter().zip(&back).map(|(w, b)| (w - b).powi(2)).sum::<f32>() / weights.len() as f32;
+    let power: f32 = weights.iter().map(|w| w * w).sum::<f32>() / weights.len() as f32;
+    // 4 bits over a block's range: about 1/225 of the power for uniform weights; a wrong
+    // nibble order or scale packing gives errors of the weights' own size.
+    assert!(error < power / 100.0, "mean squared error {error} against mean square {power}");
 }
 
 /// The tensors of a Q4_K weight `[..., out, in]` from a file's blocks: the values in the

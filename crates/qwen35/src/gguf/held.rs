@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 
-use decider_ops::{GgmlType, split_q4_k, split_q6_k};
+use decider_ops::GgmlType;
 use half::f16;
 
 use super::file::dequantized;
@@ -40,14 +40,8 @@ pub fn values_in(
             blocks(name, ggml_type, bytes, |block, packed: &mut Vec<u8>| packed.extend_from_slice(&block[2..]))
                 .map(|(packed, scales)| WeightValues::Q4(packed, scales))
         }
-        (WeightFormat::Q4K, GgmlType::Q4K) => {
-            let (packed, supers, subs) = split_q4_k(bytes);
-            finite_scales(name, ggml_type, &supers, 2).map(|()| WeightValues::Q4K(packed, supers, subs))
-        }
-        (WeightFormat::Q6K, GgmlType::Q6K) => {
-            let (values, supers, subs) = split_q6_k(bytes);
-            finite_scales(name, ggml_type, &supers, 1).map(|()| WeightValues::Q6K(values, supers, subs))
-        }
+        (WeightFormat::Q4K, GgmlType::Q4K) => WeightValues::from_q4_k(name, bytes),
+        (WeightFormat::Q6K, GgmlType::Q6K) => WeightValues::from_q6_k(name, bytes),
         // Q4_0's values are Q8_0 values of the same scale: `q - 8` in -8..=7.
         (WeightFormat::Q8, GgmlType::Q4_0) => blocks(name, ggml_type, bytes, |block, values: &mut Vec<i8>| {
             let nibbles = &block[2..];
@@ -104,17 +98,6 @@ fn blocks<T>(
         take(block, &mut values);
     }
     Ok((values, scales))
-}
-
-/// `Ok` unless one of a k-quant's super-block scales (`per_block` a block) is not finite.
-fn finite_scales(name: &str, ggml_type: GgmlType, supers: &[f16], per_block: usize) -> Result<(), LoadError> {
-    match supers.iter().position(|d| !d.is_finite()) {
-        None => Ok(()),
-        Some(at) => Err(LoadError::Blocks {
-            name: name.to_owned(),
-            reason: format!("a scale of {} block {} is {}", ggml_type.name(), at / per_block, supers[at]),
-        }),
-    }
 }
 
 /// The tensor in f32 bytes.
