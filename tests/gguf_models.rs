@@ -15,7 +15,7 @@
 //!   tensor.
 
 use burn::backend::NdArray;
-use decider_ops::{GgmlType, dequantize_q4, dequantize_q4k, dequantize_q6k, dequantize_q8};
+use decider_ops::{GgmlType, dequantize_q4, dequantize_q4k, dequantize_q5k, dequantize_q6k, dequantize_q8};
 use integration_tests::gguf_writer::{Part, write_gguf};
 use integration_tests::{MODELS, Reference, assert_close, fixture_copy, fixture_path, relative_check, rewrite_tensors};
 use qwen35::checkpoint::Checkpoint;
@@ -32,8 +32,8 @@ type B = NdArray;
 /// The types each fixture model is written in.
 fn files(model: &str) -> &'static [&'static str] {
     match model {
-        "dense" => &["bf16", "f16", "q8_0", "q4_0", "q4_k_m"],
-        _ => &["bf16", "q8_0", "q4_0", "q4_k_m"],
+        "dense" => &["bf16", "f16", "q8_0", "q4_0", "q4_k_m", "q5_k_m"],
+        _ => &["bf16", "q8_0", "q4_0", "q4_k_m", "q5_k_m"],
     }
 }
 
@@ -79,6 +79,7 @@ fn f32_of(values: WeightValues) -> Vec<f32> {
         WeightValues::Q8(values, scales) => dequantize_q8(&values, &scales),
         WeightValues::Q4(packed, scales) => dequantize_q4(&packed, &scales),
         WeightValues::Q4K(packed, supers, subs) => dequantize_q4k(&packed, &supers, &subs),
+        WeightValues::Q5K(values, supers, subs) => dequantize_q5k(&values, &supers, &subs),
         WeightValues::Q6K(values, supers, subs) => dequantize_q6k(&values, &supers, &subs),
     }
 }
@@ -164,9 +165,15 @@ fn every_weight_held_as_stored_is_llama_cpps_dequantization() {
                 );
             }
             // The file's own type holds most weights (the converter keeps rows that are not whole
-            // blocks in F16; the gates are f32 in every format). The fixtures' Q4_K_M files are
-            // mostly the Q5_0 llama-quantize gives rows narrower than 256 values, held in f32;
-            // their few Q4_K weights are held as `q4_k`, checked above.
+            // blocks in F16; the gates are f32 in every format). The fixtures' Q4_K_M (Q5_K_M)
+            // files are mostly the Q5_0 (Q5_1) llama-quantize gives rows narrower than 256 values,
+            // held in f32; their few Q4_K (Q5_K) weights are held as `q4_k` (`q5_k`), checked
+            // above: attention's `o_proj`, and the DeltaNets' `out_proj` where its value heads are
+            // whole super-blocks (the dense model's; the MoE's are tiled, `docs/gguf.md`).
+            if let Some(k_quant) = ggml_type.strip_suffix("_m") {
+                let expected = if model == "dense" { 4 } else { 1 };
+                assert_eq!(held.get(k_quant), Some(&expected), "{model}-{ggml_type}: {held:?}");
+            }
             let main = match *ggml_type {
                 "bf16" => WeightFormat::Bf16,
                 "f16" => WeightFormat::F16,

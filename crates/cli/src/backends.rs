@@ -34,7 +34,9 @@ fn cpu_kernel(format: WeightFormat) -> String {
         WeightFormat::Bf16 | WeightFormat::F16 => {
             half_matmul::cpu::half_kernel(format.half().expect("a 16-bit format has its half"))
         }
-        WeightFormat::Q8 | WeightFormat::Q4 | WeightFormat::Q4K | WeightFormat::Q6K => cpu::block_kernel().to_string(),
+        WeightFormat::Q8 | WeightFormat::Q4 | WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K => {
+            cpu::block_kernel().to_string()
+        }
     }
 }
 

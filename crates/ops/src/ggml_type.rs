@@ -252,6 +252,40 @@ pub fn join_q4_k(nibbles: &[u8], supers: &[f16], subs: &[u8]) -> Vec<u8> {
     bytes
 }
 
+/// Whole Q5_K blocks taken apart into what [`crate::q5k_matmul`] holds, the same values: each
+/// 5-bit value `q` (`0..=31`) as an i8 in row order, each block's `(d, dmin)` and each sub-block's
+/// 6-bit `(sc, m)` (as [`split_q4_k`]'s).
+///
+/// # Panics
+/// If `bytes` is not whole blocks.
+pub fn split_q5_k(bytes: &[u8]) -> (Vec<i8>, Vec<f16>, Vec<u8>) {
+    let ty = GgmlType::Q5K;
+    assert!(bytes.len().is_multiple_of(ty.block_bytes()), "q5_K: {} bytes are not whole blocks", bytes.len());
+    let blocks = bytes.len() / ty.block_bytes();
+    let (mut values, mut supers, mut subs) =
+        (vec![0i8; blocks * QK_K], Vec::with_capacity(2 * blocks), Vec::with_capacity(16 * blocks));
+    for (block, y) in bytes.chunks_exact(ty.block_bytes()).zip(values.chunks_exact_mut(QK_K)) {
+        supers.push(f16::from_le_bytes([block[0], block[1]]));
+        supers.push(f16::from_le_bytes([block[2], block[3]]));
+        let (scales, qh, qs) = (&block[4..16], &block[16..48], &block[48..176]);
+        for j in 0..QK_K / 32 {
+            let (sc, m) = scale_min_k4(j, scales);
+            subs.extend([sc, m]);
+        }
+        // As `q5_k` below: each 32 bytes of `qs` two sub-blocks, low nibbles first, and the fifth
+        // bits of sub-block `j` bit `j` of `qh`.
+        for (pair, (q, y)) in qs.chunks_exact(32).zip(y.chunks_exact_mut(64)).enumerate() {
+            let (u1, u2) = (1u8 << (2 * pair), 2u8 << (2 * pair));
+            let (low, high) = y.split_at_mut(32);
+            for (l, &q) in q.iter().enumerate() {
+                low[l] = ((q & 0x0f) | if qh[l] & u1 != 0 { 16 } else { 0 }) as i8;
+                high[l] = ((q >> 4) | if qh[l] & u2 != 0 { 16 } else { 0 }) as i8;
+            }
+        }
+    }
+    (values, supers, subs)
+}
+
 /// Whole Q6_K blocks taken apart into what [`crate::q6k_matmul`] holds, the same values: each
 /// value `q - 32` as an i8, each block's `d` and each sub-block of 16's i8 scale.
 ///

@@ -16,6 +16,7 @@ pub mod half_matmul;
 pub mod instructions;
 pub mod q4_matmul;
 pub mod q4k_matmul;
+pub mod q5k_matmul;
 pub mod q6k_matmul;
 pub mod q8_matmul;
 pub mod reference;
@@ -44,6 +45,7 @@ pub use q4_matmul::{
 pub use q4k_matmul::{
     Q4KMatmul, dequantize_q4k, grouped_q4k_matmul, join_q4_k, q4k_matmul, q4k_shapes, quantize_q4_k, split_q4_k,
 };
+pub use q5k_matmul::{Q5KMatmul, dequantize_q5k, grouped_q5k_matmul, q5k_matmul, q5k_shapes, split_q5_k};
 pub use q6k_matmul::{Q6K_BLOCK, Q6KMatmul, dequantize_q6k, grouped_q6k_matmul, q6k_matmul, q6k_shapes, split_q6_k};
 pub use q8_matmul::{
     ActivationBits, Q8_BLOCK, Q8Matmul, block_scales, block_scales_f32, dequantize_q8, grouped_q8_matmul, q8_matmul,

@@ -4,8 +4,8 @@
 
 use crate::{
     ActivationBits, CausalConv1d, DenseMatmul, ExpertCount, GatedDeltaRule, Gating, GgmlType, HalfMatmul,
-    Q4_ACTIVATION_BITS, Q4_BLOCK, Q4KMatmul, Q4Matmul, Q6KMatmul, Q8_BLOCK, Q8Matmul, Reshape, UnitLowerInverse,
-    quantize_q4, quantize_q8,
+    Q4_ACTIVATION_BITS, Q4_BLOCK, Q4KMatmul, Q4Matmul, Q5KMatmul, Q6KMatmul, Q8_BLOCK, Q8Matmul, Reshape,
+    UnitLowerInverse, quantize_q4, quantize_q8,
 };
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
 use half::f16;
@@ -17,6 +17,7 @@ pub(crate) trait Ops:
     + Q8Matmul
     + Q4Matmul
     + Q4KMatmul
+    + Q5KMatmul
     + Q6KMatmul
     + HalfMatmul
     + DenseMatmul
@@ -33,6 +34,7 @@ impl<
         + Q8Matmul
         + Q4Matmul
         + Q4KMatmul
+        + Q5KMatmul
         + Q6KMatmul
         + HalfMatmul
         + DenseMatmul
@@ -188,7 +190,7 @@ pub(crate) const K_SHAPES: [(usize, usize, usize); 7] =
 pub(crate) fn k_blocks(rng: &mut Rng, ty: GgmlType, blocks: usize) -> (Vec<u8>, Vec<f32>) {
     let mut bytes: Vec<u8> = (0..blocks * ty.block_bytes()).map(|_| rng.below(256) as u8).collect();
     let scales: &[usize] = match ty {
-        GgmlType::Q4K => &[0, 2],
+        GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
         GgmlType::Q6K => &[208],
         _ => unreachable!("k_blocks: {} is not a k-quant with kernels", ty.name()),
     };

@@ -255,8 +255,8 @@ impl Checkpoint {
                 WeightValues::Half(half, self.read_half(name, expected, half)?)
             }
             WeightFormat::Q4K => self.read_q4k(name, expected)?,
-            WeightFormat::Q6K => {
-                unreachable!("a load of a folder is never asked for q6_k, which is held only from GGUF files")
+            WeightFormat::Q5K | WeightFormat::Q6K => {
+                unreachable!("a load of a folder is never asked for {format}, which is held only from GGUF files")
             }
         })
     }
@@ -782,8 +782,8 @@ impl Written for WeightValues {
                 q4k_blocks_shape(name, shape)?,
                 join_q4_k(packed, supers, subs),
             ),
-            WeightValues::Q6K(..) => {
-                unreachable!("a folder is written from a folder, whose weights are never held in Q6_K")
+            WeightValues::Q5K(..) | WeightValues::Q6K(..) => {
+                unreachable!("a folder is written from a folder, whose weights are never held in Q5_K or Q6_K")
             }
         }
     }

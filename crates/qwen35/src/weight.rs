@@ -13,10 +13,10 @@ use decider_ops::q6k_matmul::generic::q6k_scaled;
 use decider_ops::{
     ActivationBits, BlockInts, DenseMatmul, GgmlType, Half, Q6K_BLOCK, Q8_BLOCK, block_scales, block_scales_f32,
     dense_matmul, grouped_half_float_matmul, grouped_half_matmul, grouped_matmul, grouped_q4_matmul,
-    grouped_q4k_matmul, grouped_q6k_matmul, grouped_q8_matmul, half_bits, half_bits_f32, half_float_matmul,
-    half_floats, half_matmul, holds_half_floats, q4_matmul, q4_rows, q4_values, q4k_matmul, q4k_shapes, q6k_matmul,
-    q6k_shapes, q8_matmul, q8_rows, q8_values, q8_values_f32, quantize_q4, quantize_q4_k, quantize_q8, split_q4_k,
-    split_q6_k,
+    grouped_q4k_matmul, grouped_q5k_matmul, grouped_q6k_matmul, grouped_q8_matmul, half_bits, half_bits_f32,
+    half_float_matmul, half_floats, half_matmul, holds_half_floats, q4_matmul, q4_rows, q4_values, q4k_matmul,
+    q4k_shapes, q5k_matmul, q5k_shapes, q6k_matmul, q6k_shapes, q8_matmul, q8_rows, q8_values, q8_values_f32,
+    quantize_q4, quantize_q4_k, quantize_q8, split_q4_k, split_q5_k, split_q6_k,
 };
 use half::f16;
 use rayon::prelude::*;
@@ -49,6 +49,9 @@ pub enum Held<B: Backend, const D: usize> {
     Q4(Blocks<B, D>),
     /// A GGUF file's Q4_K blocks along `in` (`decider_ops::q4k_matmul`).
     Q4K(KBlocks<B, D>),
+    /// A GGUF file's Q5_K blocks along `in` (`decider_ops::q5k_matmul`), the values laid out as
+    /// Q8_0's.
+    Q5K(KBlocks<B, D>),
     /// A GGUF file's Q6_K blocks along `in` (`decider_ops::q6k_matmul`), the values laid out as
     /// Q8_0's.
     Q6K(KBlocks<B, D>),
@@ -73,8 +76,8 @@ pub struct Blocks<B: Backend, const D: usize> {
     pub scales: Param<Tensor<B, D, Int>>,
 }
 
-/// A k-quant's tensors, as the backend holds them (`decider_ops::q4k_matmul` and
-/// `decider_ops::q6k_matmul` say what each holds).
+/// A k-quant's tensors, as the backend holds them (`decider_ops::q4k_matmul`,
+/// `decider_ops::q5k_matmul` and `decider_ops::q6k_matmul` say what each holds).
 #[derive(Module, Debug)]
 pub struct KBlocks<B: Backend, const D: usize> {
     pub values: Param<Tensor<B, D, Int>>,
@@ -96,6 +99,8 @@ pub enum WeightValues {
     Q4(Vec<u8>, Vec<f16>),
     /// Q4_K's nibbles, super-block `(d, dmin)` and block `(sc, m)` (`decider_ops::split_q4_k`).
     Q4K(Vec<u8>, Vec<f16>, Vec<u8>),
+    /// Q5_K's values, super-block `(d, dmin)` and block `(sc, m)` (`decider_ops::split_q5_k`).
+    Q5K(Vec<i8>, Vec<f16>, Vec<u8>),
     /// Q6_K's values less 32, super-block `d` and block `sc` (`decider_ops::split_q6_k`).
     Q6K(Vec<i8>, Vec<f16>, Vec<i8>),
 }
@@ -123,7 +128,9 @@ impl WeightValues {
                 let (packed, supers, subs) = split_q4_k(&quantize_q4_k(&values));
                 WeightValues::Q4K(packed, supers, subs)
             }
-            WeightFormat::Q6K => unreachable!("q6_k holds only a GGUF file's own blocks: nothing is quantized to it"),
+            WeightFormat::Q5K | WeightFormat::Q6K => {
+                unreachable!("{format} holds only a GGUF file's own blocks: nothing is quantized to it")
+            }
         })
     }
 
@@ -133,6 +140,12 @@ impl WeightValues {
     pub fn from_q4_k(name: &str, bytes: &[u8]) -> Result<WeightValues, LoadError> {
         let (packed, supers, subs) = split_q4_k(bytes);
         finite_scales(name, GgmlType::Q4K, &supers, 2).map(|()| WeightValues::Q4K(packed, supers, subs))
+    }
+
+    /// [`WeightValues::from_q4_k`] for Q5_K blocks ([`split_q5_k`]).
+    pub fn from_q5_k(name: &str, bytes: &[u8]) -> Result<WeightValues, LoadError> {
+        let (values, supers, subs) = split_q5_k(bytes);
+        finite_scales(name, GgmlType::Q5K, &supers, 2).map(|()| WeightValues::Q5K(values, supers, subs))
     }
 
     /// [`WeightValues::from_q4_k`] for Q6_K blocks ([`split_q6_k`]).
@@ -176,6 +189,11 @@ impl WeightValues {
                 room(supers, parts);
                 room(subs, parts);
             }
+            WeightValues::Q5K(values, supers, subs) => {
+                room(values, parts);
+                room(supers, parts);
+                room(subs, parts);
+            }
             WeightValues::Q6K(values, supers, subs) => {
                 room(values, parts);
                 room(supers, parts);
@@ -200,6 +218,11 @@ impl WeightValues {
             }
             (WeightValues::Q4K(packed, supers, subs), WeightValues::Q4K(part, part_supers, part_subs)) => {
                 packed.extend(part);
+                supers.extend(part_supers);
+                subs.extend(part_subs);
+            }
+            (WeightValues::Q5K(values, supers, subs), WeightValues::Q5K(part, part_supers, part_subs)) => {
+                values.extend(part);
                 supers.extend(part_supers);
                 subs.extend(part_subs);
             }
@@ -265,6 +288,14 @@ impl<B: FormatOps, const D: usize> Weight<B, D> {
                     subs: int_param(q4_rows(subs, last(dims, d_in / Q8_BLOCK * 2), device)),
                 })
             }
+            (WeightValues::Q5K(values, supers, subs), _) => {
+                let d_in = dims[D - 1];
+                Held::Q5K(KBlocks {
+                    values: int_param(q8_values(values, dims, device)),
+                    supers: int_param(block_scales(supers, last(dims, d_in / QK_K * 2), device)),
+                    subs: int_param(q4_rows(subs, last(dims, d_in / Q8_BLOCK * 2), device)),
+                })
+            }
             (WeightValues::Q6K(values, supers, subs), usage) => {
                 let d_in = dims[D - 1];
                 let values = match usage {
@@ -322,6 +353,7 @@ impl<B: FormatOps, const D: usize> Weight<B, D> {
             WeightFormat::Q8 => Held::Q8(blocks(BlockInts::Q8Values)),
             WeightFormat::Q4 => Held::Q4(blocks(BlockInts::Q4Bytes)),
             WeightFormat::Q4K => Held::Q4K(lazy_k_blocks(q4k_shapes::<B, D>(dims), device)),
+            WeightFormat::Q5K => Held::Q5K(lazy_k_blocks(q5k_shapes::<B, D>(dims), device)),
             WeightFormat::Q6K => Held::Q6K(lazy_k_blocks(q6k_shapes::<B, D>(dims), device)),
         };
         Weight { held, dims, format, usage }
@@ -350,6 +382,7 @@ impl<B: FormatOps, const D: usize> Weight<B, D> {
             Held::Q8(held) => blocks(held, BlockInts::Q8Values),
             Held::Q4(held) => blocks(held, BlockInts::Q4Bytes),
             Held::Q4K(held) => k_blocks(held, [BlockInts::Q4Bytes, BlockInts::ScaleBits, BlockInts::Q4Bytes]),
+            Held::Q5K(held) => k_blocks(held, [BlockInts::Q8Values, BlockInts::ScaleBits, BlockInts::Q4Bytes]),
             Held::Q6K(held) => k_blocks(held, [BlockInts::Q8Values, BlockInts::ScaleBits, BlockInts::Q8Values]),
         }
     }
@@ -378,6 +411,7 @@ impl<B: FormatOps + DenseMatmul> Weight<B, 2> {
             Held::Q8(blocks) => q8_matmul(x, blocks.values.val(), blocks.scales.val(), self.activation_bits()),
             Held::Q4(blocks) => q4_matmul(x, blocks.values.val(), blocks.scales.val()),
             Held::Q4K(k) => q4k_matmul(x, k.values.val(), k.supers.val(), k.subs.val()),
+            Held::Q5K(k) => q5k_matmul(x, k.values.val(), k.supers.val(), k.subs.val()),
             Held::Q6K(k) => q6k_matmul(x, k.values.val(), k.supers.val(), k.subs.val(), self.activation_bits()),
         }
     }
@@ -402,8 +436,8 @@ impl<B: FormatOps + DenseMatmul> Weight<B, 2> {
                 let subs = q8_values_f32(k.subs.val().select(0, index.clone()));
                 q6k_scaled(values, block_scales_f32(k.supers.val().select(0, index), self.dims[1] / QK_K), subs)
             }
-            Held::Q4(_) | Held::Q4K(_) => {
-                unreachable!("the format policy holds no table in Q4_0 or Q4_K (`held_format`)")
+            Held::Q4(_) | Held::Q4K(_) | Held::Q5K(_) => {
+                unreachable!("the format policy holds no table in Q4_0, Q4_K or Q5_K (`held_format`)")
             }
         }
     }
@@ -438,8 +472,8 @@ impl<B: FormatOps + DenseMatmul> Weight<B, 2> {
                 block_scales_f32(k.supers.val().narrow(0, start, count), self.dims[1] / QK_K),
                 q8_values_f32(k.subs.val().narrow(0, start, count)),
             ),
-            Held::Q4(_) | Held::Q4K(_) => {
-                unreachable!("the format policy holds no table in Q4_0 or Q4_K (`held_format`)")
+            Held::Q4(_) | Held::Q4K(_) | Held::Q5K(_) => {
+                unreachable!("the format policy holds no table in Q4_0, Q4_K or Q5_K (`held_format`)")
             }
         }
     }
@@ -458,6 +492,7 @@ impl<B: FormatOps + DenseMatmul> Weight<B, 3> {
             }
             Held::Q4(blocks) => grouped_q4_matmul(x, blocks.values.val(), blocks.scales.val(), counts),
             Held::Q4K(k) => grouped_q4k_matmul(x, k.values.val(), k.supers.val(), k.subs.val(), counts),
+            Held::Q5K(k) => grouped_q5k_matmul(x, k.values.val(), k.supers.val(), k.subs.val(), counts),
             Held::Q6K(k) => {
                 grouped_q6k_matmul(x, k.values.val(), k.supers.val(), k.subs.val(), counts, self.activation_bits())
             }

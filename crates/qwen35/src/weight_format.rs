@@ -9,7 +9,8 @@
 //! strength of the recurrent state). A token table asked for in `q4` or `q4_k` is held in `q8`:
 //! its rows are the label logits themselves. A weight whose input width is not a whole number of
 //! blocks takes the next format whose blocks fit: `q4_k` (super-blocks of 256) then `q4` (blocks
-//! of 32), `q8` and `q4` then f32. Everything that is not a matrix (norms, `A_log`, `dt_bias`, the
+//! of 32), `q8` and `q4` then f32. The Q5_K a GGUF file holds has no reader by row: a Q5_K table
+//! is held in f32. Everything that is not a matrix (norms, `A_log`, `dt_bias`, the
 //! conv kernel) is f32 and is not a [`crate::weight::Weight`] at all.
 //!
 //! A GGUF file loaded with `auto` holds each weight in its stored type's format where the policy
@@ -21,7 +22,8 @@ use std::str::FromStr;
 
 use decider_ops::ggml_type::QK_K;
 use decider_ops::{
-    ActivationBits, Half, HalfMatmul, Q4_BLOCK, Q4KMatmul, Q4Matmul, Q6KMatmul, Q8_BLOCK, Q8Matmul, holds_half_floats,
+    ActivationBits, Half, HalfMatmul, Q4_BLOCK, Q4KMatmul, Q4Matmul, Q5KMatmul, Q6KMatmul, Q8_BLOCK, Q8Matmul,
+    holds_half_floats,
 };
 use serde::{Deserialize, Serialize};
 
@@ -56,11 +58,16 @@ pub enum WeightFormat {
     /// it.
     #[serde(rename = "q6_k")]
     Q6K,
+    /// llama.cpp's Q5_K, a GGUF file's blocks as stored: Q4_K with a fifth bit a value, held in
+    /// 1.08 bytes a weight (see [`decider_ops::q5k_matmul`]). Held only from a GGUF file
+    /// (`auto`): nothing is quantized to it.
+    #[serde(rename = "q5_k")]
+    Q5K,
 }
 
 impl WeightFormat {
-    /// Every format a load can be asked for, by its command-line name (Q6_K is held only as a
-    /// GGUF file stores it, with `auto`).
+    /// Every format a load can be asked for, by its command-line name (Q5_K and Q6_K are held
+    /// only as a GGUF file stores them, with `auto`).
     pub const ALL: [(&'static str, WeightFormat); 6] = [
         ("f32", WeightFormat::F32),
         ("q8", WeightFormat::Q8),
@@ -97,13 +104,19 @@ impl WeightFormat {
         match self {
             WeightFormat::F16 => Some(Half::F16),
             WeightFormat::Bf16 => Some(Half::Bf16),
-            WeightFormat::F32 | WeightFormat::Q8 | WeightFormat::Q4 | WeightFormat::Q4K | WeightFormat::Q6K => None,
+            WeightFormat::F32
+            | WeightFormat::Q8
+            | WeightFormat::Q4
+            | WeightFormat::Q4K
+            | WeightFormat::Q5K
+            | WeightFormat::Q6K => None,
         }
     }
 
-    /// Its name: the command-line name of [`WeightFormat::ALL`], llama.cpp's for Q6_K.
+    /// Its name: the command-line name of [`WeightFormat::ALL`], llama.cpp's for Q5_K and Q6_K.
     pub fn name(self) -> &'static str {
         match self {
+            WeightFormat::Q5K => "q5_k",
             WeightFormat::Q6K => "q6_k",
             _ => Self::ALL
                 .iter()
@@ -164,7 +177,8 @@ pub fn held_format(requested: WeightFormat, name: &str, dims: &[usize], usage: W
         WeightFormat::Q8 if !d_in.is_multiple_of(Q8_BLOCK) => WeightFormat::F32,
         WeightFormat::Q4 if !d_in.is_multiple_of(Q4_BLOCK) => WeightFormat::F32,
         WeightFormat::Q4K if !d_in.is_multiple_of(QK_K) => held_format(WeightFormat::Q4, name, dims, usage),
-        WeightFormat::Q6K if !d_in.is_multiple_of(QK_K) => WeightFormat::F32,
+        WeightFormat::Q5K if usage == WeightUse::Rows => WeightFormat::F32,
+        WeightFormat::Q5K | WeightFormat::Q6K if !d_in.is_multiple_of(QK_K) => WeightFormat::F32,
         format => format,
     }
 }
@@ -198,8 +212,8 @@ impl FromStr for WeightFormat {
     }
 }
 
-/// What the weight formats compute with: each backend's Q8_0, Q4_0, Q4_K, Q6_K and 16-bit
+/// What the weight formats compute with: each backend's Q8_0, Q4_0, Q4_K, Q5_K, Q6_K and 16-bit
 /// matmuls (and the layouts a loader puts their weights in).
-pub trait FormatOps: Q8Matmul + Q4Matmul + Q4KMatmul + Q6KMatmul + HalfMatmul {}
+pub trait FormatOps: Q8Matmul + Q4Matmul + Q4KMatmul + Q5KMatmul + Q6KMatmul + HalfMatmul {}
 
-impl<B: Q8Matmul + Q4Matmul + Q4KMatmul + Q6KMatmul + HalfMatmul> FormatOps for B {}
+impl<B: Q8Matmul + Q4Matmul + Q4KMatmul + Q5KMatmul + Q6KMatmul + HalfMatmul> FormatOps for B {}

@@ -29,6 +29,8 @@ pub use crate::ggml_type::{QK_K, join_q4_k, split_q4_k};
 use crate::{BlockInts, Q4Matmul, Q8_BLOCK};
 pub use quantize::quantize_q4_k;
 
+#[cfg(feature = "candle")]
+mod candle;
 #[cfg(feature = "cpu-kernels")]
 pub mod cpu;
 #[cfg(feature = "ndarray")]
@@ -37,7 +39,7 @@ mod quantize;
 #[cfg(test)]
 mod tests;
 
-crate::backends::generic_forms!(Q4KMatmul, kernels: ndarray);
+crate::backends::generic_forms!(Q4KMatmul, kernels: ndarray, candle);
 
 /// `x · Wᵀ` with `W` in Q4_K blocks.
 pub trait Q4KMatmul: Q4Matmul {
@@ -157,7 +159,7 @@ pub mod generic {
     use super::{Q4KMatmul, QK_K};
     use crate::dense_matmul::generic::{expert_of, per_expert};
     use crate::q8_matmul::generic::round_activations;
-    use crate::{Q4Matmul, Q8_BLOCK};
+    use crate::{Q4Matmul, Q8_BLOCK, Q8Matmul};
 
     /// `round(x) · Wᵀ` with the Q4_K weight dequantized first ([`q4k_weight`]), then one float
     /// matmul on the activations rounded to [`crate::Q4_ACTIVATION_BITS`].
@@ -184,17 +186,27 @@ pub mod generic {
         d_in: usize,
     ) -> Tensor<B, 2> {
         let [rows, _] = values.dims();
-        let (blocks, super_blocks) = (d_in / Q8_BLOCK, d_in / QK_K);
-        let bytes = crate::q4_bytes_f32(values).reshape([rows, blocks, Q8_BLOCK / 2]);
+        let bytes = crate::q4_bytes_f32(values).reshape([rows, d_in / Q8_BLOCK, Q8_BLOCK / 2]);
         let high = bytes.clone().div_scalar(16.0).floor();
         let low = bytes - high.clone() * 16.0;
         let q = Tensor::cat(vec![low, high], 2);
+        let (scale, min) = block_scales_and_mins(supers, subs, rows, d_in);
+        (q * scale - min).reshape([rows, d_in])
+    }
+
+    /// Each block's scale `d · sc` and min `dmin · m` (`[rows, in / 32, 1]` each) of Q4_K's (and
+    /// Q5_K's) `supers` and `subs` for `rows` of `d_in`: exact in f32 (11 by 6 significant bits).
+    pub fn block_scales_and_mins<B: Q8Matmul>(
+        supers: Tensor<B, 2, Int>,
+        subs: Tensor<B, 2, Int>,
+        rows: usize,
+        d_in: usize,
+    ) -> (Tensor<B, 3>, Tensor<B, 3>) {
+        let (blocks, super_blocks) = (d_in / Q8_BLOCK, d_in / QK_K);
         let d = crate::block_scales_f32(supers, 2 * super_blocks).reshape([rows, super_blocks, 1, 2]);
         let sub = crate::q4_bytes_f32(subs).narrow(1, 0, 2 * blocks).reshape([rows, super_blocks, QK_K / Q8_BLOCK, 2]);
         let scaled = sub * d;
-        let scale = scaled.clone().narrow(3, 0, 1).reshape([rows, blocks, 1]);
-        let min = scaled.narrow(3, 1, 1).reshape([rows, blocks, 1]);
-        (q * scale - min).reshape([rows, d_in])
+        (scaled.clone().narrow(3, 0, 1).reshape([rows, blocks, 1]), scaled.narrow(3, 1, 1).reshape([rows, blocks, 1]))
     }
 
     /// [`crate::grouped_q4k_matmul`] as a [`Q4KMatmul::q4k_matmul`] per expert with rows.

@@ -30,6 +30,8 @@ use half::f16;
 pub use crate::ggml_type::{QK_K, split_q6_k};
 use crate::{ActivationBits, BlockInts, Q8Matmul};
 
+#[cfg(feature = "candle")]
+mod candle;
 #[cfg(feature = "cpu-kernels")]
 pub mod cpu;
 #[cfg(feature = "ndarray")]
@@ -37,7 +39,7 @@ mod ndarray;
 #[cfg(test)]
 mod tests;
 
-crate::backends::generic_forms!(Q6KMatmul, kernels: ndarray);
+crate::backends::generic_forms!(Q6KMatmul, kernels: ndarray, candle);
 
 /// Values per Q6_K block (one scale each).
 pub const Q6K_BLOCK: usize = 16;

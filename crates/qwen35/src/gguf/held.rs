@@ -41,6 +41,7 @@ pub fn values_in(
                 .map(|(packed, scales)| WeightValues::Q4(packed, scales))
         }
         (WeightFormat::Q4K, GgmlType::Q4K) => WeightValues::from_q4_k(name, bytes),
+        (WeightFormat::Q5K, GgmlType::Q5K) => WeightValues::from_q5_k(name, bytes),
         (WeightFormat::Q6K, GgmlType::Q6K) => WeightValues::from_q6_k(name, bytes),
         // Q4_0's values are Q8_0 values of the same scale: `q - 8` in -8..=7.
         (WeightFormat::Q8, GgmlType::Q4_0) => blocks(name, ggml_type, bytes, |block, values: &mut Vec<i8>| {
@@ -137,6 +138,9 @@ pub fn fuse_experts(gate: WeightValues, up: WeightValues, experts: usize) -> Wei
         }
         (WeightValues::Q4K(a, da, sa), WeightValues::Q4K(b, db, sb)) => {
             WeightValues::Q4K(zip(a, b, experts), zip(da, db, experts), zip(sa, sb, experts))
+        }
+        (WeightValues::Q5K(a, da, sa), WeightValues::Q5K(b, db, sb)) => {
+            WeightValues::Q5K(zip(a, b, experts), zip(da, db, experts), zip(sa, sb, experts))
         }
         (WeightValues::Q6K(a, da, sa), WeightValues::Q6K(b, db, sb)) => {
             WeightValues::Q6K(zip(a, b, experts), zip(da, db, experts), zip(sa, sb, experts))

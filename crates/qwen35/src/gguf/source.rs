@@ -79,14 +79,11 @@ impl AsStored {
             GgmlType::Q8_0 => WeightFormat::Q8,
             GgmlType::Q4_0 => WeightFormat::Q4,
             GgmlType::Q4K => WeightFormat::Q4K,
+            GgmlType::Q5K => WeightFormat::Q5K,
             GgmlType::Q6K => WeightFormat::Q6K,
-            GgmlType::F32
-            | GgmlType::Q4_1
-            | GgmlType::Q5_0
-            | GgmlType::Q5_1
-            | GgmlType::Q2K
-            | GgmlType::Q3K
-            | GgmlType::Q5K => WeightFormat::F32,
+            GgmlType::F32 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q2K | GgmlType::Q3K => {
+                WeightFormat::F32
+            }
         }
     }
 }

@@ -13,8 +13,8 @@ pub(super) trait Format {
     /// Two 4-bit values a byte (Q4_0: `q = w + 8`, the first step in the low nibbles), else one
     /// signed byte a value, step after step (Q8_0).
     const NIBBLES: bool;
-    /// Whether each block also has a min `m` (Q4_K: `w = s · q - m`, the nibble `q` unbiased),
-    /// where Q4_0's nibbles stand for `s · (q - 8)`.
+    /// Whether each block also has a min `m` (Q4_K, Q5_K: `w = s · q - m`, `q` unbiased), where
+    /// Q4_0's nibbles stand for `s · (q - 8)`.
     const MINS: bool = false;
     /// Scales a block of 32 inputs has: 2 for Q6_K's blocks of 16, whose dots are scaled a half
     /// block at a time.
@@ -39,6 +39,13 @@ impl Format for Q4 {
 pub(super) struct Q4K;
 impl Format for Q4K {
     const NIBBLES: bool = true;
+    const MINS: bool = true;
+}
+
+/// Q5_K: Q8_0's bytes (the 5-bit `q`), with Q4_K's scale and min a block.
+pub(super) struct Q5K;
+impl Format for Q5K {
+    const NIBBLES: bool = false;
     const MINS: bool = true;
 }
 

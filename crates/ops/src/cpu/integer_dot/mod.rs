@@ -1,4 +1,4 @@
-//! The Q8_0, Q4_0, Q4_K and Q6_K matmuls as an integer dot on x86-64: 8-bit products summed in i32 lanes,
+//! The Q8_0, Q4_0, Q4_K, Q5_K and Q6_K matmuls as an integer dot on x86-64: 8-bit products summed in i32 lanes,
 //! one lane per weight row, with AVX-512 VNNI ([`avx512`]: `vpdpbusd`, 16 lanes) where the CPU
 //! has it, else with AVX2 ([`avx2`]: `vpmaddubsw` then `vpmaddwd`, 8 lanes), which every x86-64
 //! CPU of the last ten years has (and the one a virtual machine may be left with when its host
@@ -19,7 +19,8 @@
 //! token's block; [`avx2`] as `|w|`, the sign moved onto the activation, for Q8_0); Q4_0's
 //! nibbles are `q = w + 8`, unsigned already, for both. Q4_K's nibbles are Q4_0's in the same
 //! layout, standing for `s · q - m` with a scale and a min a block ([`q4k_matmul`]): a lane starts
-//! from 0, and the block adds `- m · Σ x` (its scale applied) after its scaled dot. Q6_K's
+//! from 0, and the block adds `- m · Σ x` (its scale applied) after its scaled dot. Q5_K's 5-bit
+//! values are Q8_0's bytes in Q8_0's layout with Q4_K's scales and mins ([`q5k_matmul`]). Q6_K's
 //! values `q - 32` are Q8_0's bytes in the same layout, with a scale a half block of 16
 //! ([`q6k_matmul`]): each half's dot is scaled on its own (its bias from the half's sum).
 
@@ -30,7 +31,7 @@ use crate::cpu::out_ptr::OutPtr;
 use crate::ggml_type::QK_K;
 use crate::instructions::{Instructions, instruction_ceiling};
 use crate::{ActivationBits, Q4_ACTIVATION_BITS, Q4_BLOCK, Q8_BLOCK};
-use kernel::{Activations, Format, Group, Kernel, Q4, Q4K, Q6K, Q8, Rounding};
+use kernel::{Activations, Format, Group, Kernel, Q4, Q4K, Q5K, Q6K, Q8, Rounding};
 
 mod avx2;
 mod avx512;
@@ -231,6 +232,33 @@ pub fn q4k_matmul(
     match isa {
         DotIsa::Avx512Vnni => matmul::<avx512::Kernel, Q4K, i8>(x, n, packed, scales, d_out, d_in),
         DotIsa::Avx2 => matmul::<avx2::Kernel, Q4K, i8>(x, n, packed, scales, d_out, d_in),
+    }
+}
+
+/// [`q8_matmul`] for Q5_K (`crate::q5k_matmul`): the values `q` (`0..=31`) as i8 in `isa`'s
+/// [`q8_layout`] stand for `d · sc · q - dmin · m`, with `supers` and `subs` as
+/// [`q4k_matmul`]'s; `x` rounded to [`Q4_ACTIVATION_BITS`] (8).
+///
+/// # Panics
+/// As [`q8_matmul`].
+#[allow(clippy::too_many_arguments)]
+pub fn q5k_matmul(
+    isa: DotIsa,
+    x: &[f32],
+    n: usize,
+    values: &[i8],
+    supers: &[f16],
+    subs: &[u8],
+    d_out: usize,
+    d_in: usize,
+) -> Vec<f32> {
+    const { assert!(matches!(Q4_ACTIVATION_BITS, ActivationBits::Eight)) };
+    // SAFETY: i8 and u8 have the same size and alignment.
+    let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), values.len()) };
+    let scales = Scales::SuperBlocks { supers, subs };
+    match isa {
+        DotIsa::Avx512Vnni => matmul::<avx512::Kernel, Q5K, i8>(x, n, bytes, scales, d_out, d_in),
+        DotIsa::Avx2 => matmul::<avx2::Kernel, Q5K, i8>(x, n, bytes, scales, d_out, d_in),
     }
 }
 

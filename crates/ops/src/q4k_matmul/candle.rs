@@ -1,0 +1,42 @@
+//! candle: on the CPU device the host kernel ([`super::cpu`]); elsewhere the generic form.
+#![allow(deprecated)] // burn-candle is deprecated upstream from 0.21; this project still targets it.
+
+use burn::backend::Candle;
+use burn::backend::candle::{CandleDevice, FloatCandleElement, IntCandleElement};
+use burn::tensor::ops::{FloatTensor, IntTensor};
+use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
+
+use crate::backends::candle::host_scales;
+
+/// On the CPU device [`super::cpu::q4k_matmul`] on the weight's host values, the nibbles put in
+/// Q4_0's kernel order per call, as for Q4_0 (candle holds them in row order, which the generic
+/// form on other devices reads); the grouped default runs it per expert with rows.
+impl<F: FloatCandleElement, I: IntCandleElement> crate::Q4KMatmul for Candle<F, I> {
+    fn q4k_matmul(
+        x: FloatTensor<Self>,
+        values: IntTensor<Self>,
+        supers: IntTensor<Self>,
+        subs: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let x = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(x));
+        let [values, supers, subs] = [values, supers, subs].map(Tensor::<Self, 2, Int>::from_primitive);
+        let (CandleDevice::Cpu, DType::F32, [DType::U8, DType::U8, DType::U8]) =
+            (x.device(), x.dtype(), [values.dtype(), supers.dtype(), subs.dtype()])
+        else {
+            return super::generic::q4k_matmul(x, values, supers, subs).into_primitive().tensor();
+        };
+        let ([n, d_in], [d_out, _]) = (x.dims(), values.dims());
+        let x = x.into_data().into_vec::<f32>().expect("f32 activations");
+        let packed = values.into_data().into_vec::<u8>().expect("u8 nibbles");
+        let out = super::cpu::q4k_matmul(
+            &x,
+            n,
+            &crate::q4_matmul::cpu::q4_layout(packed, d_out, d_in),
+            &host_scales(supers.into_data()),
+            &subs.into_data().into_vec::<u8>().expect("u8 scales and mins"),
+            d_out,
+            d_in,
+        );
+        Tensor::<Self, 2>::from_data(TensorData::new(out, [n, d_out]), &CandleDevice::Cpu).into_primitive().tensor()
+    }
+}
