@@ -15,3 +15,9 @@ pub(crate) fn host_scales(data: TensorData) -> Vec<f16> {
         .map(|bytes| f16::from_le_bytes([bytes[0], bytes[1]]))
         .collect()
 }
+
+/// i8 values held as bytes plus 128 (burn-candle stores u8 but no i8): flipping each byte's top
+/// bit gives the value's two's complement byte.
+pub(crate) fn host_i8(data: TensorData) -> Vec<i8> {
+    data.into_vec::<u8>().expect("u8 bytes").into_iter().map(|v| (v ^ 0x80) as i8).collect()
+}

@@ -6,7 +6,7 @@ use burn::backend::candle::{CandleDevice, FloatCandleElement, IntCandleElement};
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
 
-use crate::backends::candle::host_scales;
+use crate::backends::candle::{host_i8, host_scales};
 
 /// On the CPU device [`super::cpu::q5k_matmul`] on the weight's host values, put in Q8_0's kernel
 /// order per call, as for Q8_0 (candle holds i8 as bytes plus 128, in row order); the grouped
@@ -27,9 +27,7 @@ impl<F: FloatCandleElement, I: IntCandleElement> crate::Q5KMatmul for Candle<F, 
         };
         let ([n, d_in], [d_out, _]) = (x.dims(), values.dims());
         let x = x.into_data().into_vec::<f32>().expect("f32 activations");
-        // Held plus 128: flipping the top bit gives the value's two's complement byte.
-        let values =
-            values.into_data().into_vec::<u8>().expect("u8 values").into_iter().map(|v| (v ^ 0x80) as i8).collect();
+        let values = host_i8(values.into_data());
         let out = super::cpu::q5k_matmul(
             &x,
             n,

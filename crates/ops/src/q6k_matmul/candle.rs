@@ -7,7 +7,7 @@ use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
 
 use crate::ActivationBits;
-use crate::backends::candle::host_scales;
+use crate::backends::candle::{host_i8, host_scales};
 
 /// On the CPU device [`super::cpu::q6k_matmul`] on the weight's host values, put in Q8_0's kernel
 /// order per call, as for Q8_0 (candle holds i8 as bytes plus 128, in row order); the grouped
@@ -29,16 +29,12 @@ impl<F: FloatCandleElement, I: IntCandleElement> crate::Q6KMatmul for Candle<F, 
         };
         let ([n, d_in], [d_out, _]) = (x.dims(), values.dims());
         let x = x.into_data().into_vec::<f32>().expect("f32 activations");
-        // Held plus 128: flipping the top bit gives the value's two's complement byte.
-        let signed = |data: TensorData| -> Vec<i8> {
-            data.into_vec::<u8>().expect("u8 bytes").into_iter().map(|v| (v ^ 0x80) as i8).collect()
-        };
         let out = super::cpu::q6k_matmul(
             &x,
             n,
-            &crate::q8_matmul::cpu::q8_layout(signed(values.into_data()), d_out, d_in),
+            &crate::q8_matmul::cpu::q8_layout(host_i8(values.into_data()), d_out, d_in),
             &host_scales(supers.into_data()),
-            &signed(subs.into_data()),
+            &host_i8(subs.into_data()),
             d_out,
             d_in,
             bits,

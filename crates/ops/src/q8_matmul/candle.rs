@@ -7,7 +7,7 @@ use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, Int, Tensor, TensorData, TensorPrimitive};
 
 use crate::BlockStorage;
-use crate::backends::candle::host_scales;
+use crate::backends::candle::{host_i8, host_scales};
 
 /// In bytes ([`BlockStorage::Bytes`]): burn-candle 0.21 stores u8 but no i8 or u16. On the CPU
 /// device the product is [`super::cpu::q8_matmul`] on the weight's host values, put in the kernel's
@@ -34,9 +34,7 @@ impl<F: FloatCandleElement, I: IntCandleElement> crate::Q8Matmul for Candle<F, I
         };
         let ([n, d_in], [d_out, _]) = (x.dims(), values.dims());
         let x = x.into_data().into_vec::<f32>().expect("f32 activations");
-        // Held plus 128: flipping the top bit gives the value's two's complement byte.
-        let values =
-            values.into_data().into_vec::<u8>().expect("u8 values").into_iter().map(|v| (v ^ 0x80) as i8).collect();
+        let values = host_i8(values.into_data());
         let out = super::cpu::q8_matmul(
             &x,
             n,
