@@ -19,6 +19,7 @@ use decider_ops::{GgmlType, dequantize_q4, dequantize_q4k, dequantize_q5k, dequa
 use integration_tests::gguf_writer::{Part, write_gguf};
 use integration_tests::{MODELS, Reference, assert_close, fixture_copy, fixture_path, relative_check, rewrite_tensors};
 use qwen35::checkpoint::Checkpoint;
+use qwen35::delta_net::ValueHeadOrder;
 use qwen35::gguf::{GgufFile, GgufSource, Value, config_of, load_gguf};
 use qwen35::loader::{Load, TensorSource};
 use qwen35::weight::WeightValues;
@@ -168,11 +169,10 @@ fn every_weight_held_as_stored_is_llama_cpps_dequantization() {
             // blocks in F16; the gates are f32 in every format). The fixtures' Q4_K_M (Q5_K_M)
             // files are mostly the Q5_0 (Q5_1) llama-quantize gives rows narrower than 256 values,
             // held in f32; their few Q4_K (Q5_K) weights are held as `q4_k` (`q5_k`), checked
-            // above: attention's `o_proj`, and the DeltaNets' `out_proj` where its value heads are
-            // whole super-blocks (the dense model's; the MoE's are tiled, `docs/gguf.md`).
+            // above: attention's `o_proj` and the three DeltaNets' `out_proj` (the MoE's with its
+            // value heads tiled, as stored: `every_file_gives_the_logits_of_its_values_in_the_checkpoint`).
             if let Some(k_quant) = ggml_type.strip_suffix("_m") {
-                let expected = if model == "dense" { 4 } else { 1 };
-                assert_eq!(held.get(k_quant), Some(&expected), "{model}-{ggml_type}: {held:?}");
+                assert_eq!(held.get(k_quant), Some(&4), "{model}-{ggml_type}: {held:?}");
             }
             let main = match *ggml_type {
                 "bf16" => WeightFormat::Bf16,
@@ -184,6 +184,98 @@ fn every_weight_held_as_stored_is_llama_cpps_dequantization() {
             assert_eq!(auto.format(), main, "{model}-{ggml_type}: {held:?}");
             let most = held.iter().max_by_key(|(_, count)| **count).unwrap();
             assert_eq!(most.0, &main.to_string(), "{model}-{ggml_type}: {held:?}");
+        }
+    }
+}
+
+/// `values`, a GGUF file's `out_proj` (rows of `row`; each row `Hv` runs of one value head's
+/// entries in the converter's tiled order, `[k0 v0, k1 v0 | k0 v1, k1 v1]`), with each row's runs
+/// in the checkpoint's grouped order (`[k0: v0 v1 | k1: v0 v1]`): `_reorder_v_heads` of
+/// `convert_hf_to_gguf.py`, inverted.
+fn grouped(values: &[f32], row: usize, config: &Qwen35Config) -> Vec<f32> {
+    let (hk, hv) = (config.linear_num_key_heads, config.linear_num_value_heads);
+    let run = row / hv;
+    let mut grouped = values.to_vec();
+    for (tiled, to) in values.chunks(row).zip(grouped.chunks_mut(row)) {
+        for (at, head) in to.chunks_mut(run).enumerate() {
+            let (key, nth) = (at / (hv / hk), at % (hv / hk));
+            let from = nth * hk + key;
+            head.copy_from_slice(&tiled[from * run..(from + 1) * run]);
+        }
+    }
+    grouped
+}
+
+/// Every file read in f32 gives the logits of its checkpoint folder holding the file's values
+/// (llama.cpp's dequantization) in f32: the same model. In the MoE's k-quant files, whose value
+/// heads are half a Q4_K/Q5_K block, the DeltaNets' `out_proj` is read with its columns tiled as
+/// stored and the mixer orders its heads to match; the folder gets them put back in grouped order
+/// here, by the converter's rule. (Held as stored, `auto`, the same weights are multiplied with
+/// 8-bit activations: `every_weight_held_as_stored_is_llama_cpps_dequantization` holds the
+/// weights, the ops' tests the kernels.)
+#[test]
+fn every_file_gives_the_logits_of_its_values_in_the_checkpoint() {
+    for model in MODELS {
+        let config = Qwen35Config::from_file(fixture_path(&format!("{model}/save_pretrained/config.json"))).unwrap();
+        let tiles = config.linear_num_value_heads > config.linear_num_key_heads;
+        for ggml_type in files(model) {
+            let file = GgufFile::open(gguf_path(model, ggml_type)).unwrap();
+            let device = Default::default();
+            let source = GgufSource::new::<B>(&file, &config, WeightChoice::Exactly(WeightFormat::F32), &device);
+            let mut values_of = std::collections::BTreeMap::new();
+            let mut tiled = 0;
+            for (name, dims, usage) in tensors_read(&config) {
+                let mut read = match usage {
+                    None => source.f32(&name, &dims).unwrap(),
+                    Some(usage) => f32_of(source.weight(&name, &dims, WeightFormat::F32, usage).unwrap()),
+                };
+                if source.value_head_order(&name) == ValueHeadOrder::Tiled {
+                    assert!(name.ends_with("linear_attn.out_proj.weight"), "{name}");
+                    read = grouped(&read, dims[1], &config);
+                    tiled += 1;
+                }
+                // The folder keeps each expert's projections apart (`experts.{e}.gate_proj.weight`).
+                match name.strip_suffix("gate_up_proj").or(name.strip_suffix("down_proj")) {
+                    Some(experts) if dims.len() == 3 => {
+                        let (d_out, d_in) = (dims[1], dims[2]);
+                        for (e, expert) in read.chunks(d_out * d_in).enumerate() {
+                            let mut part = |part: &str, values: &[f32]| {
+                                let shape = vec![values.len() / d_in, d_in];
+                                values_of.insert(format!("{experts}{e}.{part}.weight"), (shape, values.to_vec()));
+                            };
+                            match name.ends_with("gate_up_proj") {
+                                true => {
+                                    let (gate, up) = expert.split_at(expert.len() / 2);
+                                    part("gate_proj", gate);
+                                    part("up_proj", up);
+                                }
+                                false => part("down_proj", expert),
+                            }
+                        }
+                    }
+                    _ => {
+                        values_of.insert(name, (dims, read));
+                    }
+                }
+            }
+            // Only the k-quant files' `out_proj` has heads that are not whole blocks.
+            let expected = if tiles && ggml_type.ends_with("_k_m") { 3 } else { 0 };
+            assert_eq!(tiled, expected, "{model}-{ggml_type}: the DeltaNets' `out_proj` held tiled");
+            let folder = fixture_copy(&format!("{model}/save_pretrained"));
+            // Every tensor of the folder is one the model reads, replaced by the file's.
+            rewrite_tensors(&folder.path().join("model.safetensors"), |name, _, shape, _| {
+                let (dims, values) = values_of.get(name).unwrap_or_else(|| panic!("{name} is read"));
+                assert_eq!(dims.iter().product::<usize>(), shape.iter().product::<usize>(), "{name}");
+                Some((Dtype::F32, shape, values.iter().flat_map(|v| v.to_le_bytes()).collect()))
+            });
+            let (_, from_file) = load_gguf::<B>(gguf_path(model, ggml_type), WeightFormat::F32, &device).unwrap();
+            let (_, from_folder) =
+                qwen35::load_model_with_weights::<B>(folder.path(), WeightFormat::F32, &device).unwrap();
+            let ids = Reference::open(model).input_ids("len64", &device);
+            let ours = from_file.forward(ids.clone()).into_data().to_vec::<f32>().unwrap();
+            let theirs = from_folder.forward(ids).into_data().to_vec::<f32>().unwrap();
+            let error = relative_check(&format!("{model}-{ggml_type}: logits"), &ours, &theirs, 1e-4);
+            println!("{model}-{ggml_type} in f32 against its values in the checkpoint: logits within {error:.1e}");
         }
     }
 }

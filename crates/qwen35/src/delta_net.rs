@@ -13,6 +13,19 @@ use crate::norm::{GatedRmsNorm, RmsNormConfig};
 use crate::projection::{Projection, ProjectionConfig, ProjectionOps};
 use crate::weight_format::{FormatOps, ProjectionInput, WeightFormat};
 
+/// The order of the value heads in `out_proj`'s input. A checkpoint lists them grouped by the
+/// key head they read (`[k0: v0 v1 | k1: v0 v1]`). llama.cpp's converter writes them tiled
+/// (`[k0 v0, k1 v0 | k0 v1, k1 v1]`) where there are more value heads than key heads; the GGUF
+/// loader puts them back in grouped order, except in an `out_proj` of k-quant blocks, which span
+/// two 128-wide heads and cannot move without rounding again (`gguf/heads.rs`): that one is held
+/// tiled, and the mixer puts its output in the tiled order instead.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ValueHeadOrder {
+    #[default]
+    Grouped,
+    Tiled,
+}
+
 #[derive(Config, Debug)]
 pub struct GatedDeltaNetConfig {
     pub hidden_size: usize,
@@ -50,8 +63,10 @@ pub struct GatedDeltaNet<B: Backend> {
     pub dt_bias: Param<Tensor<B, 1>>,
     /// Gated RMSNorm over Dv, one weight shared by all heads.
     pub norm: GatedRmsNorm<B>,
-    /// `[Hv * Dv, hidden]`.
+    /// `[Hv * Dv, hidden]`, its input's value heads in `out_proj_heads`' order.
     pub out_proj: Projection<B>,
+    #[module(skip)]
+    pub out_proj_heads: ValueHeadOrder,
     pub num_key_heads: usize,
     pub num_value_heads: usize,
     pub key_head_dim: usize,
@@ -89,6 +104,7 @@ impl GatedDeltaNetConfig {
             dt_bias: at.param("dt_bias", [hv], Initializer::Ones),
             norm: RmsNormConfig::new(self.value_head_dim).with_eps(self.rms_norm_eps).load_gated(&at.at("norm")),
             out_proj: projection("out_proj", value_dim, h, ProjectionInput::Product),
+            out_proj_heads: at.value_head_order("out_proj.weight"),
             num_key_heads: self.num_key_heads,
             num_value_heads: self.num_value_heads,
             key_head_dim: self.key_head_dim,
@@ -133,7 +149,13 @@ impl<B: GatedDeltaRule + CausalConv1d + ProjectionOps + Gating> GatedDeltaNet<B>
         } else {
             gated_delta_rule(q, k, v, g, beta, initial)
         };
-        let out = reshape(self.norm.forward(out, z), [batch, len, hv * dv]);
+        let out = self.norm.forward(out, z);
+        let out = match self.out_proj_heads {
+            ValueHeadOrder::Grouped => reshape(out, [batch, len, hv * dv]),
+            ValueHeadOrder::Tiled => {
+                reshape(reshape(out, [batch, len, hk, hv / hk, dv]).swap_dims(2, 3), [batch, len, hv * dv])
+            }
+        };
         (self.out_proj.forward(out), DeltaNetState { conv: conv_state, recurrent })
     }
 

@@ -16,6 +16,7 @@ use std::cell::{Cell, RefCell};
 use burn::module::{Initializer, Param};
 use burn::tensor::{Tensor, TensorData, backend::Backend};
 
+use crate::delta_net::ValueHeadOrder;
 use crate::error::LoadError;
 use crate::weight::{Weight, WeightValues};
 use crate::weight_format::{FormatOps, WeightFormat, WeightUse, held_as_stored, held_format};
@@ -49,6 +50,12 @@ pub trait TensorSource {
     /// Either way the format policy applies to it ([`held_as_stored`], [`held_format`]).
     fn stored_format(&self, _name: &str) -> Option<WeightFormat> {
         None
+    }
+
+    /// The order of the value heads in the columns of weight `name` (a DeltaNet's `out_proj`):
+    /// grouped, as a checkpoint has them, unless the source keeps another ([`ValueHeadOrder`]).
+    fn value_head_order(&self, _name: &str) -> ValueHeadOrder {
+        ValueHeadOrder::Grouped
     }
 }
 
@@ -153,6 +160,11 @@ impl<B: FormatOps> Loader<'_, '_, B> {
     /// The format the load was asked for.
     pub fn requested(&self) -> WeightFormat {
         self.load.requested
+    }
+
+    /// The order of the value heads in the columns of the source's weight `name`.
+    pub fn value_head_order(&self, name: &str) -> ValueHeadOrder {
+        self.load.source.map_or(ValueHeadOrder::Grouped, |source| source.value_head_order(&self.name_of(name)))
     }
 
     /// What was built so far.

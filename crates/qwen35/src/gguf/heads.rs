@@ -1,14 +1,17 @@
 //! The DeltaNet's value heads, which llama.cpp's converter writes tiled where there are more
 //! value heads than key heads ([`Heads`]), put back in the checkpoint's grouped order as a tensor
-//! is read: whole rows, or whole runs of blocks within each row, moved as stored.
+//! is read: whole rows, or whole runs of blocks within each row, moved as stored. Columns whose
+//! heads are not whole blocks (a k-quant's 256-value blocks span two 128-channel heads of
+//! `out_proj`'s input) cannot move without rounding again: they stay tiled, and the mixer puts its
+//! output in that order ([`ValueHeadOrder`]).
 
 use std::borrow::Cow;
 
 use decider_ops::GgmlType;
 
-use super::held::widened;
 use super::names::{HeadRows, Heads};
 use crate::config::Qwen35Config;
+use crate::delta_net::ValueHeadOrder;
 
 /// The DeltaNet's heads of a model.
 #[derive(Debug, Clone, Copy)]
@@ -32,37 +35,27 @@ impl ValueHeads {
         }
     }
 
-    /// Whether a tensor of `ggml_type` whose value heads are `heads`, in rows of `row_values`,
-    /// is widened to f32 to be put in order: its heads are not whole blocks (a k-quant's
-    /// 256-value blocks span two 128-channel heads of `out_proj`'s input).
-    pub fn widens(&self, ggml_type: GgmlType, heads: Heads, row_values: usize) -> bool {
-        let whole = |values: usize| values.is_multiple_of(ggml_type.block_values());
-        self.per_key > 1
-            && match heads {
-                Heads::None => false,
-                Heads::Rows { .. } => !whole(row_values),
-                Heads::Columns => !whole(self.width),
-            }
+    /// The order a tensor of `ggml_type` whose value heads are `heads` is read in: grouped, but
+    /// for columns whose heads are not whole blocks, left tiled.
+    pub fn order(&self, ggml_type: GgmlType, heads: Heads) -> ValueHeadOrder {
+        match self.per_key > 1 && heads == Heads::Columns && !self.width.is_multiple_of(ggml_type.block_values()) {
+            true => ValueHeadOrder::Tiled,
+            false => ValueHeadOrder::Grouped,
+        }
     }
 
-    /// `bytes`, `rows` rows of `ggml_type`, with their value heads in grouped order: the type
-    /// and bytes (f32 where [`ValueHeads::widens`]); a reason where the tensor does not hold the
-    /// heads the configuration says.
-    pub fn grouped<'a>(
+    /// `bytes`, `rows` rows of `ggml_type`, with their value heads in [`ValueHeads::order`]; a
+    /// reason where the tensor does not hold the heads the configuration says.
+    pub fn ordered<'a>(
         &self,
         ggml_type: GgmlType,
         bytes: Cow<'a, [u8]>,
         rows: usize,
         heads: Heads,
-    ) -> Result<(GgmlType, Cow<'a, [u8]>), String> {
-        if self.per_key <= 1 || heads == Heads::None {
-            return Ok((ggml_type, bytes));
+    ) -> Result<Cow<'a, [u8]>, String> {
+        if self.per_key <= 1 || heads == Heads::None || self.order(ggml_type, heads) == ValueHeadOrder::Tiled {
+            return Ok(bytes);
         }
-        let row_values = bytes.len() / ggml_type.block_bytes() * ggml_type.block_values() / rows.max(1);
-        let (ggml_type, bytes) = match self.widens(ggml_type, heads, row_values) {
-            true => widened(ggml_type, &bytes),
-            false => (ggml_type, bytes),
-        };
         let row_bytes = bytes.len() / rows.max(1);
         // Each step of the tensor (all of it, or one row) reorders `unit`-byte heads in `span`.
         let (unit, span, step) = match heads {
@@ -91,7 +84,7 @@ impl ValueHeads {
             let span = start + span.start..start + span.end;
             self.regroup(&bytes[span.clone()], &mut grouped[span], unit);
         }
-        Ok((ggml_type, Cow::Owned(grouped)))
+        Ok(Cow::Owned(grouped))
     }
 
     /// Puts `unit`-byte heads in the checkpoint's grouped order: `grouped[g · per_key + j]` is

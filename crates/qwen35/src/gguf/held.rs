@@ -2,8 +2,6 @@
 //! format is their type's (the k-quants taken apart into their parts), Q4_0 widened to Q8_0 exactly, floats converted as a checkpoint's are,
 //! and blocks never rounded again into other blocks or 16-bit floats.
 
-use std::borrow::Cow;
-
 use decider_ops::GgmlType;
 use half::f16;
 
@@ -99,12 +97,6 @@ fn blocks<T>(
         take(block, &mut values);
     }
     Ok((values, scales))
-}
-
-/// The tensor in f32 bytes.
-pub fn widened<'a>(ggml_type: GgmlType, bytes: &[u8]) -> (GgmlType, Cow<'a, [u8]>) {
-    let values = dequantized(ggml_type, bytes);
-    (GgmlType::F32, Cow::Owned(values.iter().flat_map(|v| v.to_le_bytes()).collect()))
 }
 
 /// `values`, unless one is NaN or infinite (a NaN weight would make every answer NaN).

@@ -23,7 +23,8 @@ pub enum Transform {
 /// How the converter reordered a DeltaNet tensor's value heads. A checkpoint lists the value
 /// heads grouped by the key head they read (`[k0: v0 v1 | k1: v0 v1]`); where there are more value
 /// than key heads, the converter writes them tiled (`[k0 v0, k1 v0 | k0 v1, k1 v1]`), for ggml's
-/// broadcast. Read back grouped.
+/// broadcast. Read back grouped, except `out_proj`'s columns where a head is not whole blocks
+/// ([`crate::delta_net::ValueHeadOrder`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Heads {
     /// No value heads.

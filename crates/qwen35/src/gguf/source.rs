@@ -1,15 +1,16 @@
 //! A GGUF file as a [`TensorSource`]: each tensor the model asks for by its checkpoint name is
 //! found where llama.cpp's converter put it ([`names`](super::names)), its value heads put back in
-//! the checkpoint's order ([`heads`](super::heads)) and its values' transform undone, and held in
+//! the checkpoint's order where they are whole blocks ([`heads`](super::heads)) and its values'
+//! transform undone, and held in
 //! the format the load asks for ([`held`](super::held)); with `auto`, each weight in the format
 //! it is stored in (a GGUF file mixes types: a Q8_0 file keeps its norms in F32 and its narrow
 //! experts in F16).
 //!
-//! Which stored types are held as they are: F32, F16, BF16, Q8_0, Q4_0 (Q4_0 token tables as
-//! Q8_0, which holds them exactly, as the format policy keeps token tables 8-bit), Q4_K (a Q4_K
-//! token table in f32) and Q6_K. The other k-quants (Q2_K, Q3_K, Q5_K) and Q4_1, Q5_0, Q5_1 are
-//! held in f32, dequantized exactly as llama.cpp dequantizes them, until they have kernels of
-//! their own (issue #38).
+//! Which stored types are held as they are ([`AsStored`], then the format policy,
+//! [`crate::weight_format::held_as_stored`]): F32, F16, BF16, Q8_0, Q4_0 (Q4_0 token tables as
+//! Q8_0, which holds them exactly, as the format policy keeps token tables 8-bit), Q4_K, Q5_K and
+//! Q6_K. Q2_K, Q3_K, Q4_1, Q5_0 and Q5_1 are held in f32, dequantized exactly as llama.cpp
+//! dequantizes them, until they have kernels of their own (issue #38).
 
 use std::borrow::Cow;
 use std::path::Path;
@@ -23,6 +24,7 @@ use super::heads::ValueHeads;
 use super::held::{finite, fuse_experts, values_in};
 use super::names::{self, Heads, Stored, Transform};
 use crate::config::Qwen35Config;
+use crate::delta_net::ValueHeadOrder;
 use crate::error::LoadError;
 use crate::loader::{Load, TensorSource};
 use crate::model::Qwen35Model;
@@ -123,15 +125,9 @@ impl<'a> GgufSource<'a> {
     }
 
     /// File tensor `name`, checked to hold `expected` (`[..., out, in]`; dimensions of 1 aside:
-    /// the file stores the conv's `[C, 1, K]` as `[C, K]`), with its value heads in the
-    /// checkpoint's order: its stored type, and the type and bytes read (f32 where its heads are
-    /// not whole blocks).
-    fn read(
-        &self,
-        name: &str,
-        expected: &[usize],
-        heads: Heads,
-    ) -> Result<(GgmlType, GgmlType, Cow<'a, [u8]>), LoadError> {
+    /// the file stores the conv's `[C, 1, K]` as `[C, K]`), with its value heads in the order
+    /// [`ValueHeads::order`] gives: its type and bytes.
+    fn read(&self, name: &str, expected: &[usize], heads: Heads) -> Result<(GgmlType, Cow<'a, [u8]>), LoadError> {
         let (tensor, bytes) = self.file.tensor(name)?;
         let squeezed = |dims: &[usize]| dims.iter().copied().filter(|&d| d != 1).collect::<Vec<_>>();
         if squeezed(&tensor.dims) != squeezed(expected) {
@@ -142,15 +138,13 @@ impl<'a> GgufSource<'a> {
             });
         }
         let rows = expected.first().copied().unwrap_or(1);
-        let (read, bytes) =
-            self.heads.grouped(tensor.ggml_type, Cow::Borrowed(bytes), rows, heads).map_err(|reason| {
-                LoadError::Gguf { path: self.file.path().to_path_buf(), reason: format!("tensor `{name}`: {reason}") }
-            })?;
-        Ok((tensor.ggml_type, read, bytes))
+        let bytes = self.heads.ordered(tensor.ggml_type, Cow::Borrowed(bytes), rows, heads).map_err(|reason| {
+            LoadError::Gguf { path: self.file.path().to_path_buf(), reason: format!("tensor `{name}`: {reason}") }
+        })?;
+        Ok((tensor.ggml_type, bytes))
     }
 
-    /// File tensor `name` as `expected`'s weight in `format`: a block tensor widened to be put in
-    /// order is held in f32 only (another format would round it again).
+    /// File tensor `name` as `expected`'s weight in `format`.
     fn weight_of(
         &self,
         name: &str,
@@ -158,18 +152,9 @@ impl<'a> GgufSource<'a> {
         heads: Heads,
         format: WeightFormat,
     ) -> Result<WeightValues, LoadError> {
-        let (stored, read, bytes) = self.read(name, expected, heads)?;
-        if stored != read && format != WeightFormat::F32 {
-            return Err(LoadError::Blocks {
-                name: name.to_owned(),
-                reason: format!(
-                    "its value heads are not whole {} blocks, so it is put in order in f32, asked for {format}: load it with `--weights auto` or `f32`",
-                    stored.name()
-                ),
-            });
-        }
+        let (stored, bytes) = self.read(name, expected, heads)?;
         let d_in = expected.last().copied().unwrap_or(1);
-        let values = values_in(name, read, &bytes, d_in, format);
+        let values = values_in(name, stored, &bytes, d_in, format);
         self.file.release(name);
         values
     }
@@ -192,8 +177,8 @@ impl TensorSource for GgufSource<'_> {
     fn f32(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, LoadError> {
         let stored = self.stored(name)?;
         let [file_name] = stored.names.as_slice() else { unreachable!("a tensor read as f32 is stored as one") };
-        let (_, read, bytes) = self.read(file_name, shape, stored.heads)?;
-        let mut values = dequantized(read, &bytes);
+        let (stored_type, bytes) = self.read(file_name, shape, stored.heads)?;
+        let mut values = dequantized(stored_type, &bytes);
         self.file.release(file_name);
         match stored.transform {
             Transform::AsIs => {}
@@ -227,19 +212,23 @@ impl TensorSource for GgufSource<'_> {
     fn stored_format(&self, name: &str) -> Option<WeightFormat> {
         let as_stored = self.as_stored?;
         let stored = names::stored(name)?;
-        let mut formats = self.parts(&stored).into_iter().map(|name| {
-            let tensor = self.file.tensors().get(&name)?;
-            let row = tensor.dims.last().copied().unwrap_or(1);
-            Some(match self.heads.widens(tensor.ggml_type, stored.heads, row) {
-                true => WeightFormat::F32,
-                false => as_stored.format(tensor.ggml_type),
-            })
-        });
+        let mut formats = self
+            .parts(&stored)
+            .into_iter()
+            .map(|name| Some(as_stored.format(self.file.tensors().get(&name)?.ggml_type)));
         let first = formats.next()??;
         match formats.all(|format| format == Some(first)) {
             true => Some(first),
             false => Some(WeightFormat::F32),
         }
+    }
+
+    fn value_head_order(&self, name: &str) -> ValueHeadOrder {
+        let order = |stored: Stored| {
+            let tensor = self.file.tensors().get(stored.names.first()?)?;
+            Some(self.heads.order(tensor.ggml_type, stored.heads))
+        };
+        names::stored(name).and_then(order).unwrap_or_default()
     }
 }
 
