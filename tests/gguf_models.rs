@@ -168,7 +168,7 @@ fn every_weight_held_as_stored_is_llama_cpps_dequantization() {
             // The file's own type holds most weights (the converter keeps rows that are not whole
             // blocks in F16; the gates are f32 in every format). The fixtures' Q4_K_M (Q5_K_M)
             // files are mostly the Q5_0 (Q5_1) llama-quantize gives rows narrower than 256 values,
-            // held in f32; their few Q4_K (Q5_K) weights are held as `q4_k` (`q5_k`), checked
+            // held as q8 exactly (in f32); their few Q4_K (Q5_K) weights are held as `q4_k` (`q5_k`), checked
             // above: attention's `o_proj` and the three DeltaNets' `out_proj` (the MoE's with its
             // value heads tiled, as stored: `every_file_gives_the_logits_of_its_values_in_the_checkpoint`).
             if let Some(k_quant) = ggml_type.strip_suffix("_m") {
@@ -179,6 +179,8 @@ fn every_weight_held_as_stored_is_llama_cpps_dequantization() {
                 "f16" => WeightFormat::F16,
                 "q8_0" => WeightFormat::Q8,
                 "q4_0" => WeightFormat::Q4,
+                // Mostly the Q5_0 llama-quantize falls back to, held as Q8_0 exactly.
+                "q4_k_m" => WeightFormat::Q8,
                 _ => WeightFormat::F32,
             };
             assert_eq!(auto.format(), main, "{model}-{ggml_type}: {held:?}");

@@ -21,7 +21,7 @@
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{DType, Int, Tensor, TensorData};
 use decider_ops::{
-    ActivationBits, BlockInts, Half, Q4_BLOCK, Q8_BLOCK, dequantize_q4, dequantize_q8, grouped_matmul,
+    ActivationBits, BlockInts, GgmlType, Half, Q4_BLOCK, Q8_BLOCK, dequantize_q4, dequantize_q8, grouped_matmul,
     holds_half_floats, quantize_q4, quantize_q8, reference, round_activations, round_to_bf16,
 };
 use integration_tests::{MODELS, fixture_copy, fixture_path, layouts_on, relative_check, rewrite_tensors};
@@ -344,6 +344,53 @@ fn check_random_table<B: Qwen35Ops>(float: &TokenTable<B>, q8: &TokenTable<B>) {
     relative_check("demo logits", &values(q8.logits(x.clone())), &values(same_rows.logits(x)), TOLERANCE);
 }
 
+/// A token table held as a GGUF file's k-quant blocks (Q3_K and Q6_K as Q6_K's parts, Q4_K, Q5_K;
+/// the fixture `gguf/blocks.gguf`, random blocks in llama.cpp's layout) reads its rows as
+/// llama.cpp dequantizes them (the fixture's `.expected`, from the `gguf` package), bit for bit,
+/// and its products over all rows (read a part at a time) equal an f32 table of those values.
+fn check_k_quant_tables<B: Qwen35Ops>() {
+    let device = Default::default();
+    let file = qwen35::gguf::GgufFile::open(fixture_path("gguf/blocks.gguf")).unwrap();
+    let mut checked = Vec::new();
+    for (name, tensor) in file.tensors() {
+        let (_, bytes) = file.tensor(name).unwrap();
+        let (blocks, format) = match tensor.ggml_type {
+            GgmlType::Q3K => (WeightValues::from_q3_k(name, bytes), WeightFormat::Q6K),
+            GgmlType::Q4K => (WeightValues::from_q4_k(name, bytes), WeightFormat::Q4K),
+            GgmlType::Q5K => (WeightValues::from_q5_k(name, bytes), WeightFormat::Q5K),
+            GgmlType::Q6K => (WeightValues::from_q6_k(name, bytes), WeightFormat::Q6K),
+            _ => continue,
+        };
+        let [rows, width] = [tensor.dims[0], tensor.dims[1]];
+        let table = TokenTable {
+            weight: Weight::from_values(blocks.unwrap(), [rows, width], format, WeightUse::Rows, &device),
+        };
+        let expected = file.f32(&format!("{name}.expected")).unwrap();
+        let all = Tensor::<B, 1, Int>::arange(0..rows as i64, &device);
+        let got = values(table.rows(all));
+        let differ = got.iter().zip(&expected).filter(|(g, e)| g.to_bits() != e.to_bits()).count();
+        assert_eq!(differ, 0, "{name}: {differ} of {} values differ from llama.cpp's", got.len());
+        // Two rows, in reverse: rows are gathered by index.
+        let picked = values(table.rows(Tensor::from_data(TensorData::new(vec![rows as i64 - 1, 0], [2]), &device)));
+        assert_eq!(picked, [&expected[(rows - 1) * width..], &expected[..width]].concat(), "{name}: rows by index");
+        let exact = TokenTable {
+            weight: Weight::from_values(
+                WeightValues::F32(expected),
+                [rows, width],
+                WeightFormat::F32,
+                WeightUse::Rows,
+                &device,
+            ),
+        };
+        let x = rounded_input::<B>(3, width, 19, &device).reshape([1, 3, width]);
+        relative_check(name, &values(table.logits(x.clone())), &values(exact.logits(x)), TOLERANCE);
+        checked.push(tensor.ggml_type);
+    }
+    for ggml_type in [GgmlType::Q3K, GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+        assert!(checked.contains(&ggml_type), "no {} table checked", ggml_type.name());
+    }
+}
+
 /// What a q8 load leaves in f32: each weight whose input is not a whole block, the routed experts'
 /// included (the policy decides per weight, so the experts' gate and up projections, whose
 /// input is the hidden width, are in blocks while their down projection is not).
@@ -623,6 +670,11 @@ macro_rules! weight_formats {
             #[test]
             fn a_random_network_in_q4_is_the_rounding_of_the_f32_one() {
                 check_random_model::<B>(WeightFormat::Q4);
+            }
+
+            #[test]
+            fn k_quant_tables_read_rows_as_llama_cpp_dequantizes_them() {
+                check_k_quant_tables::<B>();
             }
 
             #[test]

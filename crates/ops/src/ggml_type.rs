@@ -314,6 +314,27 @@ pub fn split_q6_k(bytes: &[u8]) -> (Vec<i8>, Vec<f16>, Vec<i8>) {
     (values, supers, subs)
 }
 
+/// Whole Q3_K blocks taken apart into Q6_K's parts ([`split_q6_k`]), the same values: Q3_K is
+/// Q6_K's form with fewer bits, `d · s · q` with an i8 scale `s` a sub-block of 16 and
+/// `q` in -4..=3, so it is held and multiplied as Q6_K (llama.cpp's `dequantize_row_q3_K` rounds
+/// `d · s` then `· q` in f32, as Q6_K's does).
+///
+/// # Panics
+/// If `bytes` is not whole blocks.
+pub fn split_q3_k(bytes: &[u8]) -> (Vec<i8>, Vec<f16>, Vec<i8>) {
+    let ty = GgmlType::Q3K;
+    assert!(bytes.len().is_multiple_of(ty.block_bytes()), "q3_K: {} bytes are not whole blocks", bytes.len());
+    let blocks = bytes.len() / ty.block_bytes();
+    let (mut values, mut supers, mut subs) =
+        (Vec::with_capacity(blocks * QK_K), Vec::with_capacity(blocks), Vec::with_capacity(16 * blocks));
+    for block in bytes.chunks_exact(ty.block_bytes()) {
+        supers.push(f16::from_le_bytes([block[108], block[109]]));
+        subs.extend(q3_k_scales(&block[96..108]));
+        q3_k_values(block, |q| values.push(q));
+    }
+    (values, supers, subs)
+}
+
 /// The f16 at byte `at` of a block, widened.
 fn f16_at(block: &[u8], at: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([block[at], block[at + 1]])).to_f32()
@@ -358,11 +379,17 @@ fn five_bits(qh: &[u8], qs: &[u8]) -> [u8; 32] {
     })
 }
 
+/// The 32 values `q - 16` of a Q5_0 block, Q8_0's values of the same scale `d`: a Q5_0 tensor
+/// is held as Q8_0 exactly.
+pub fn q5_0_values(block: &[u8]) -> [i8; 32] {
+    five_bits(&block[2..6], &block[6..22]).map(|q| q as i8 - 16)
+}
+
 /// `block_q5_0 { ggml_half d; uint8_t qh[4]; uint8_t qs[16]; }`.
 fn q5_0(block: &[u8], y: &mut [f32]) {
     let d = f16_at(block, 0);
-    for (y, q) in y.iter_mut().zip(five_bits(&block[2..6], &block[6..22])) {
-        *y = (q as i32 - 16) as f32 * d;
+    for (y, q) in y.iter_mut().zip(q5_0_values(block)) {
+        *y = q as f32 * d;
     }
 }
 
@@ -395,30 +422,41 @@ fn q2_k(block: &[u8], y: &mut [f32]) {
     }
 }
 
-/// `block_q3_K { uint8_t hmask[32]; uint8_t qs[64]; uint8_t scales[12]; ggml_half d; }`: the
-/// sixteen 6-bit scales are packed in 12 bytes (the low 4 bits in bytes 0–7, the high 2 bits in
-/// bytes 8–11), and a value's third bit is set in `hmask` when the value is not lowered by 4.
+/// `block_q3_K { uint8_t hmask[32]; uint8_t qs[64]; uint8_t scales[12]; ggml_half d; }`: each
+/// sub-block of 16 values is `d · s · q` ([`q3_k_scales`], [`q3_k_values`]).
 fn q3_k(block: &[u8], y: &mut [f32]) {
-    let (hmask, qs, packed) = (&block[..32], &block[32..96], &block[96..108]);
     let d_all = f16_at(block, 108);
-    let scales: [i8; 16] = std::array::from_fn(|i| {
+    let scales = q3_k_scales(&block[96..108]);
+    let mut out = y.iter_mut().enumerate();
+    q3_k_values(block, |q| {
+        let (i, y) = out.next().expect("256 values");
+        *y = d_all * scales[i / 16] as f32 * q as f32;
+    });
+}
+
+/// A Q3_K block's sixteen 6-bit scales less 32, packed in 12 bytes: the low 4 bits in bytes 0–7,
+/// the high 2 bits in bytes 8–11.
+fn q3_k_scales(packed: &[u8]) -> [i8; 16] {
+    std::array::from_fn(|i| {
         let low = match i {
             0..8 => packed[i] & 0x0f,
             _ => packed[i - 8] >> 4,
         };
         let high = (packed[8 + i % 4] >> (2 * (i / 4))) & 3;
         (low | (high << 4)) as i8 - 32
-    });
-    let mut out = y.iter_mut();
-    let mut scale = scales.iter();
+    })
+}
+
+/// A Q3_K block's 256 values `q` in -4..=3, in order, to `each`: two bits in `qs`, lowered by 4
+/// unless the value's bit in `hmask` is set.
+fn q3_k_values(block: &[u8], mut each: impl FnMut(i8)) {
+    let (hmask, qs) = (&block[..32], &block[32..96]);
     let mut m = 1u8;
     for q in qs.chunks_exact(32) {
         for shift in [0, 2, 4, 6] {
             for (half, hm) in q.chunks_exact(16).zip(hmask.chunks_exact(16)) {
-                let dl = d_all * *scale.next().expect("16 scales") as f32;
                 for (&q, &h) in half.iter().zip(hm) {
-                    let value = ((q >> shift) & 3) as i8 - if h & m != 0 { 0 } else { 4 };
-                    *out.next().expect("256 values") = dl * value as f32;
+                    each(((q >> shift) & 3) as i8 - if h & m != 0 { 0 } else { 4 });
                 }
             }
             m <<= 1;

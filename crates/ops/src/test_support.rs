@@ -192,6 +192,7 @@ pub(crate) fn k_blocks(rng: &mut Rng, ty: GgmlType, blocks: usize) -> (Vec<u8>, 
     let scales: &[usize] = match ty {
         GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
         GgmlType::Q6K => &[208],
+        GgmlType::Q3K => &[108],
         _ => unreachable!("k_blocks: {} is not a k-quant with kernels", ty.name()),
     };
     for (b, block) in bytes.chunks_exact_mut(ty.block_bytes()).enumerate() {

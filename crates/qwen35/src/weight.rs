@@ -9,6 +9,8 @@ use crate::weight_format::{FormatOps, WeightFormat, WeightUse};
 use burn::module::{Module, Param, ParamId};
 use burn::tensor::{FloatDType, Int, Tensor, TensorData, backend::Backend};
 use decider_ops::ggml_type::QK_K;
+use decider_ops::q4k_matmul::generic::q4k_weight;
+use decider_ops::q5k_matmul::generic::q5k_weight;
 use decider_ops::q6k_matmul::generic::q6k_scaled;
 use decider_ops::{
     ActivationBits, BlockInts, DenseMatmul, GgmlType, Half, Q6K_BLOCK, Q8_BLOCK, block_scales, block_scales_f32,
@@ -16,7 +18,7 @@ use decider_ops::{
     grouped_q4k_matmul, grouped_q5k_matmul, grouped_q6k_matmul, grouped_q8_matmul, half_bits, half_bits_f32,
     half_float_matmul, half_floats, half_matmul, holds_half_floats, q4_matmul, q4_rows, q4_values, q4k_matmul,
     q4k_shapes, q5k_matmul, q5k_shapes, q6k_matmul, q6k_shapes, q8_matmul, q8_rows, q8_values, q8_values_f32,
-    quantize_q4, quantize_q4_k, quantize_q8, split_q4_k, split_q5_k, split_q6_k,
+    quantize_q4, quantize_q4_k, quantize_q8, split_q3_k, split_q4_k, split_q5_k, split_q6_k,
 };
 use half::f16;
 use rayon::prelude::*;
@@ -153,6 +155,12 @@ impl WeightValues {
         let (values, supers, subs) = split_q6_k(bytes);
         finite_scales(name, GgmlType::Q6K, &supers, 1).map(|()| WeightValues::Q6K(values, supers, subs))
     }
+
+    /// Q3_K blocks as Q6_K's parts, the same values ([`split_q3_k`]).
+    pub fn from_q3_k(name: &str, bytes: &[u8]) -> Result<WeightValues, LoadError> {
+        let (values, supers, subs) = split_q3_k(bytes);
+        finite_scales(name, GgmlType::Q3K, &supers, 1).map(|()| WeightValues::Q6K(values, supers, subs))
+    }
 }
 
 /// `Ok` unless one of a k-quant's super-block scales (`per_block` a block) is not finite.
@@ -280,18 +288,26 @@ impl<B: FormatOps, const D: usize> Weight<B, D> {
                     scales: scales_param(scales, dims, device),
                 })
             }
-            (WeightValues::Q4K(packed, supers, subs), _) => {
+            (WeightValues::Q4K(packed, supers, subs), usage) => {
                 let d_in = dims[D - 1];
+                let values = match usage {
+                    WeightUse::Matmul(_) => q4_values(packed, last(dims, d_in / 2), device),
+                    WeightUse::Rows => q4_rows(packed, last(dims, d_in / 2), device),
+                };
                 Held::Q4K(KBlocks {
-                    values: int_param(q4_values(packed, last(dims, d_in / 2), device)),
+                    values: int_param(values),
                     supers: int_param(block_scales(supers, last(dims, d_in / QK_K * 2), device)),
                     subs: int_param(q4_rows(subs, last(dims, d_in / Q8_BLOCK * 2), device)),
                 })
             }
-            (WeightValues::Q5K(values, supers, subs), _) => {
+            (WeightValues::Q5K(values, supers, subs), usage) => {
                 let d_in = dims[D - 1];
+                let values = match usage {
+                    WeightUse::Matmul(_) => q8_values(values, dims, device),
+                    WeightUse::Rows => q8_rows(values, dims, device),
+                };
                 Held::Q5K(KBlocks {
-                    values: int_param(q8_values(values, dims, device)),
+                    values: int_param(values),
                     supers: int_param(block_scales(supers, last(dims, d_in / QK_K * 2), device)),
                     subs: int_param(q4_rows(subs, last(dims, d_in / Q8_BLOCK * 2), device)),
                 })
@@ -436,9 +452,15 @@ impl<B: FormatOps + DenseMatmul> Weight<B, 2> {
                 let subs = q8_values_f32(k.subs.val().select(0, index.clone()));
                 q6k_scaled(values, block_scales_f32(k.supers.val().select(0, index), self.dims[1] / QK_K), subs)
             }
-            Held::Q4(_) | Held::Q4K(_) | Held::Q5K(_) => {
-                unreachable!("the format policy holds no table in Q4_0, Q4_K or Q5_K (`held_format`)")
+            Held::Q4K(k) => {
+                let select = |ints: &Param<Tensor<B, 2, Int>>| ints.val().select(0, index.clone());
+                q4k_weight(select(&k.values), select(&k.supers), select(&k.subs), self.dims[1])
             }
+            Held::Q5K(k) => {
+                let select = |ints: &Param<Tensor<B, 2, Int>>| ints.val().select(0, index.clone());
+                q5k_weight(select(&k.values), select(&k.supers), select(&k.subs), self.dims[1])
+            }
+            Held::Q4(_) => unreachable!("the format policy holds no table in Q4_0 (`held_format`)"),
         }
     }
 
@@ -472,9 +494,15 @@ impl<B: FormatOps + DenseMatmul> Weight<B, 2> {
                 block_scales_f32(k.supers.val().narrow(0, start, count), self.dims[1] / QK_K),
                 q8_values_f32(k.subs.val().narrow(0, start, count)),
             ),
-            Held::Q4(_) | Held::Q4K(_) | Held::Q5K(_) => {
-                unreachable!("the format policy holds no table in Q4_0, Q4_K or Q5_K (`held_format`)")
+            Held::Q4K(k) => {
+                let narrow = |ints: &Param<Tensor<B, 2, Int>>| ints.val().narrow(0, start, count);
+                q4k_weight(narrow(&k.values), narrow(&k.supers), narrow(&k.subs), self.dims[1])
             }
+            Held::Q5K(k) => {
+                let narrow = |ints: &Param<Tensor<B, 2, Int>>| ints.val().narrow(0, start, count);
+                q5k_weight(narrow(&k.values), narrow(&k.supers), narrow(&k.subs), self.dims[1])
+            }
+            Held::Q4(_) => unreachable!("the format policy holds no table in Q4_0 (`held_format`)"),
         }
     }
 }

@@ -9,13 +9,13 @@
 //! strength of the recurrent state). A token table asked for in `q4` or `q4_k` is held in `q8`:
 //! its rows are the label logits themselves. A weight whose input width is not a whole number of
 //! blocks takes the next format whose blocks fit: `q4_k` (super-blocks of 256) then `q4` (blocks
-//! of 32), `q8` and `q4` then f32. The Q5_K a GGUF file holds has no reader by row: a Q5_K table
-//! is held in f32. Everything that is not a matrix (norms, `A_log`, `dt_bias`, the
-//! conv kernel) is f32 and is not a [`crate::weight::Weight`] at all.
+//! of 32), `q8` and `q4` then f32. Everything that is not a matrix (norms, `A_log`, `dt_bias`,
+//! the conv kernel) is f32 and is not a [`crate::weight::Weight`] at all.
 //!
 //! A GGUF file loaded with `auto` holds each weight in its stored type's format where the policy
-//! gives that format, or one that holds its values exactly (Q4_0 as Q8_0), and in f32 elsewhere
-//! ([`held_as_stored`]): blocks are never rounded into other blocks.
+//! gives that format, or one that holds its values exactly (Q4_0 as Q8_0), a token table stored
+//! in Q4_K in Q4_K, and in f32 elsewhere ([`held_as_stored`]): blocks are never rounded into
+//! other blocks.
 
 use std::fmt;
 use std::str::FromStr;
@@ -177,7 +177,6 @@ pub fn held_format(requested: WeightFormat, name: &str, dims: &[usize], usage: W
         WeightFormat::Q8 if !d_in.is_multiple_of(Q8_BLOCK) => WeightFormat::F32,
         WeightFormat::Q4 if !d_in.is_multiple_of(Q4_BLOCK) => WeightFormat::F32,
         WeightFormat::Q4K if !d_in.is_multiple_of(QK_K) => held_format(WeightFormat::Q4, name, dims, usage),
-        WeightFormat::Q5K if usage == WeightUse::Rows => WeightFormat::F32,
         WeightFormat::Q5K | WeightFormat::Q6K if !d_in.is_multiple_of(QK_K) => WeightFormat::F32,
         format => format,
     }
@@ -189,6 +188,9 @@ pub fn held_format(requested: WeightFormat, name: &str, dims: &[usize], usage: W
 pub fn held_as_stored(stored: WeightFormat, name: &str, dims: &[usize], usage: WeightUse) -> WeightFormat {
     match held_format(stored, name, dims, usage) {
         format if format == stored || (format, stored) == (WeightFormat::Q8, WeightFormat::Q4) => format,
+        // A table asked for in Q4_K is quantized to 8 bits, for accuracy; stored in Q4_K, its
+        // own values are held (exact, and an eighth of f32's bytes).
+        WeightFormat::Q8 if stored == WeightFormat::Q4K => stored,
         _ => WeightFormat::F32,
     }
 }

@@ -14,7 +14,8 @@
 //! - `subs [out, in / 16]`: each block's `sc`, an i8 ([`crate::q8_rows`]).
 //!
 //! 8.56 bits a weight: the 6-bit values take a byte each, so that every backend reads them with
-//! Q8_0's tensor ops. [`split_q6_k`] takes a file's blocks apart into them. A block's scale `d ·
+//! Q8_0's tensor ops. [`split_q6_k`] takes a file's blocks apart into them; [`split_q3_k`] takes
+//! Q3_K's, which are the same form with 3-bit values and scales of 6 bits. A block's scale `d ·
 //! sc` is exact in f32 (11 by 8 significant bits) and its product with `q - 32` is rounded once,
 //! as llama.cpp's (`d · sc` first), so each value is exactly llama.cpp's dequantization.
 //!
@@ -27,7 +28,7 @@ use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{Int, Tensor, TensorPrimitive};
 use half::f16;
 
-pub use crate::ggml_type::{QK_K, split_q6_k};
+pub use crate::ggml_type::{QK_K, split_q3_k, split_q6_k};
 use crate::{ActivationBits, BlockInts, Q8Matmul};
 
 #[cfg(feature = "candle")]

@@ -4,7 +4,7 @@
 use crate::test_support::*;
 use crate::{
     ActivationBits, GgmlType, Q6K_BLOCK, block_scales, dequantize_q6k, grouped_q6k_matmul, q6k_matmul, q8_rows,
-    q8_values, split_q6_k,
+    q8_values, split_q3_k, split_q6_k,
 };
 use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive};
 
@@ -19,6 +19,20 @@ fn q6_k_parts_are_llama_cpp_dequantization_bit_for_bit() {
     let (values, supers, subs) = split_q6_k(&bytes);
     assert_eq!((values.len(), supers.len(), subs.len()), (300 * 256, 300, 300 * 16));
     assert!(values.iter().all(|&q| (-32..32).contains(&q)), "6-bit values less 32");
+    let ours = dequantize_q6k(&values, &supers, &subs);
+    for (i, (ours, theirs)) in ours.iter().zip(&weights).enumerate() {
+        assert_eq!(ours.to_bits(), theirs.to_bits(), "value {i}: {ours} vs llama.cpp's {theirs}");
+    }
+}
+
+#[test]
+fn q3_k_blocks_are_q6_k_parts_of_llama_cpps_values_bit_for_bit() {
+    let mut rng = Rng(74);
+    let (bytes, weights) = k_blocks(&mut rng, GgmlType::Q3K, 300);
+    let (values, supers, subs) = split_q3_k(&bytes);
+    assert_eq!((values.len(), supers.len(), subs.len()), (300 * 256, 300, 300 * 16));
+    assert!(values.iter().all(|&q| (-4..4).contains(&q)), "3-bit values less 4");
+    assert!(subs.iter().all(|&s| (-32..32).contains(&s)), "6-bit scales less 32");
     let ours = dequantize_q6k(&values, &supers, &subs);
     for (i, (ours, theirs)) in ours.iter().zip(&weights).enumerate() {
         assert_eq!(ours.to_bits(), theirs.to_bits(), "value {i}: {ours} vs llama.cpp's {theirs}");

@@ -1,8 +1,9 @@
 //! A GGUF tensor's stored values in the format a weight is held in: blocks as they are where the
-//! format is their type's (the k-quants taken apart into their parts), Q4_0 widened to Q8_0 exactly, floats converted as a checkpoint's are,
-//! and blocks never rounded again into other blocks or 16-bit floats.
+//! format is their type's (the k-quants taken apart into their parts), Q4_0 and Q5_0 widened to
+//! Q8_0 exactly, Q3_K held as Q6_K exactly, floats converted as a checkpoint's are, and blocks
+//! never rounded again into other blocks or 16-bit floats.
 
-use decider_ops::GgmlType;
+use decider_ops::{GgmlType, q5_0_values};
 use half::f16;
 
 use super::file::dequantized;
@@ -41,6 +42,11 @@ pub fn values_in(
         (WeightFormat::Q4K, GgmlType::Q4K) => WeightValues::from_q4_k(name, bytes),
         (WeightFormat::Q5K, GgmlType::Q5K) => WeightValues::from_q5_k(name, bytes),
         (WeightFormat::Q6K, GgmlType::Q6K) => WeightValues::from_q6_k(name, bytes),
+        (WeightFormat::Q6K, GgmlType::Q3K) => WeightValues::from_q3_k(name, bytes),
+        (WeightFormat::Q8, GgmlType::Q5_0) => blocks(name, ggml_type, bytes, |block, values: &mut Vec<i8>| {
+            values.extend(q5_0_values(block));
+        })
+        .map(|(values, scales)| WeightValues::Q8(values, scales)),
         // Q4_0's values are Q8_0 values of the same scale: `q - 8` in -8..=7.
         (WeightFormat::Q8, GgmlType::Q4_0) => blocks(name, ggml_type, bytes, |block, values: &mut Vec<i8>| {
             let nibbles = &block[2..];
@@ -78,7 +84,7 @@ pub fn values_in(
     }
 }
 
-/// The blocks of a Q8_0 or Q4_0 tensor (each an f16 scale, then its values) split into their
+/// The blocks of a Q8_0, Q4_0 or Q5_0 tensor (each an f16 scale, then its values) split into their
 /// values, as `take` appends a block's, and their scales, which must be finite.
 fn blocks<T>(
     name: &str,

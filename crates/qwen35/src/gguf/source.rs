@@ -9,7 +9,8 @@
 //! Which stored types are held as they are ([`AsStored`], then the format policy,
 //! [`crate::weight_format::held_as_stored`]): F32, F16, BF16, Q8_0, Q4_0 (Q4_0 token tables as
 //! Q8_0, which holds them exactly, as the format policy keeps token tables 8-bit), Q4_K, Q5_K and
-//! Q6_K. Q2_K, Q3_K, Q4_1, Q5_0 and Q5_1 are held in f32, dequantized exactly as llama.cpp
+//! Q6_K; Q5_0 as Q8_0 and Q3_K as Q6_K, which hold their values exactly. Q2_K, Q4_1 and Q5_1
+//! (a min a block of 16 or 32 values) are held in f32, dequantized exactly as llama.cpp
 //! dequantizes them, until they have kernels of their own (issue #38).
 
 use std::borrow::Cow;
@@ -78,14 +79,13 @@ impl AsStored {
         match stored {
             GgmlType::F16 => self.f16,
             GgmlType::Bf16 => self.bf16,
-            GgmlType::Q8_0 => WeightFormat::Q8,
+            // Q5_0's values are Q8_0's of the same scale, Q3_K's Q6_K's: held exactly so.
+            GgmlType::Q8_0 | GgmlType::Q5_0 => WeightFormat::Q8,
             GgmlType::Q4_0 => WeightFormat::Q4,
             GgmlType::Q4K => WeightFormat::Q4K,
             GgmlType::Q5K => WeightFormat::Q5K,
-            GgmlType::Q6K => WeightFormat::Q6K,
-            GgmlType::F32 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q2K | GgmlType::Q3K => {
-                WeightFormat::F32
-            }
+            GgmlType::Q6K | GgmlType::Q3K => WeightFormat::Q6K,
+            GgmlType::F32 | GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q2K => WeightFormat::F32,
         }
     }
 }
