@@ -15,17 +15,17 @@
 //!   tensor.
 
 use burn::backend::NdArray;
-use decider_ops::{GgmlType, dequantize_q4, dequantize_q4k, dequantize_q5k, dequantize_q6k, dequantize_q8};
+use decider_ops::GgmlType;
+use integration_tests::gguf_values::{f32_of, tensors_read, values_in_checkpoint, write_values};
 use integration_tests::gguf_writer::{Part, write_gguf};
 use integration_tests::{MODELS, Reference, assert_close, fixture_copy, fixture_path, relative_check, rewrite_tensors};
 use qwen35::checkpoint::Checkpoint;
-use qwen35::delta_net::ValueHeadOrder;
 use qwen35::gguf::{GgufFile, GgufSource, Value, config_of, load_gguf};
-use qwen35::loader::{Load, TensorSource};
+use qwen35::loader::TensorSource;
 use qwen35::weight::WeightValues;
-use qwen35::weight_format::{WeightUse, held_as_stored, held_format};
+use qwen35::weight_format::{held_as_stored, held_format};
 use qwen35::weights::CheckpointSource;
-use qwen35::{LoadError, Qwen35Config, WeightChoice, WeightFormat};
+use qwen35::{Qwen35Config, WeightChoice, WeightFormat};
 use safetensors::Dtype;
 
 type B = NdArray;
@@ -40,49 +40,6 @@ fn files(model: &str) -> &'static [&'static str] {
 
 fn gguf_path(model: &str, ggml_type: &str) -> std::path::PathBuf {
     fixture_path(&format!("gguf/{model}-{ggml_type}.gguf"))
-}
-
-/// The names and shapes of every tensor a model of `config` reads, in order, with whether each
-/// is a weight (read through `TensorSource::weight`).
-fn tensors_read(config: &Qwen35Config) -> Vec<(String, Vec<usize>, Option<WeightUse>)> {
-    struct Recorder(std::cell::RefCell<Vec<(String, Vec<usize>, Option<WeightUse>)>>);
-    impl TensorSource for Recorder {
-        fn text_prefix(&self) -> &str {
-            "model"
-        }
-        fn f32(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, LoadError> {
-            self.0.borrow_mut().push((name.to_owned(), shape.to_vec(), None));
-            Ok(vec![0.0; shape.iter().product()])
-        }
-        fn weight(
-            &self,
-            name: &str,
-            dims: &[usize],
-            _format: WeightFormat,
-            usage: WeightUse,
-        ) -> Result<WeightValues, LoadError> {
-            self.0.borrow_mut().push((name.to_owned(), dims.to_vec(), Some(usage)));
-            Ok(WeightValues::F32(vec![0.0; dims.iter().product()]))
-        }
-    }
-    let recorder = Recorder(Default::default());
-    let device = Default::default();
-    let load = Load::<B>::from(&recorder, &device, WeightFormat::F32).reading_only();
-    let model = config.load(&load.root());
-    load.finish(model).unwrap();
-    recorder.0.into_inner()
-}
-
-fn f32_of(values: WeightValues) -> Vec<f32> {
-    match values {
-        WeightValues::F32(values) => values,
-        WeightValues::Half(half, bits) => bits.into_iter().map(|b| half.to_f32(b)).collect(),
-        WeightValues::Q8(values, scales) => dequantize_q8(&values, &scales),
-        WeightValues::Q4(packed, scales) => dequantize_q4(&packed, &scales),
-        WeightValues::Q4K(packed, supers, subs) => dequantize_q4k(&packed, &supers, &subs),
-        WeightValues::Q5K(values, supers, subs) => dequantize_q5k(&values, &supers, &subs),
-        WeightValues::Q6K(values, supers, subs) => dequantize_q6k(&values, &supers, &subs),
-    }
 }
 
 #[test]
@@ -190,24 +147,6 @@ fn every_weight_held_as_stored_is_llama_cpps_dequantization() {
     }
 }
 
-/// `values`, a GGUF file's `out_proj` (rows of `row`; each row `Hv` runs of one value head's
-/// entries in the converter's tiled order, `[k0 v0, k1 v0 | k0 v1, k1 v1]`), with each row's runs
-/// in the checkpoint's grouped order (`[k0: v0 v1 | k1: v0 v1]`): `_reorder_v_heads` of
-/// `convert_hf_to_gguf.py`, inverted.
-fn grouped(values: &[f32], row: usize, config: &Qwen35Config) -> Vec<f32> {
-    let (hk, hv) = (config.linear_num_key_heads, config.linear_num_value_heads);
-    let run = row / hv;
-    let mut grouped = values.to_vec();
-    for (tiled, to) in values.chunks(row).zip(grouped.chunks_mut(row)) {
-        for (at, head) in to.chunks_mut(run).enumerate() {
-            let (key, nth) = (at / (hv / hk), at % (hv / hk));
-            let from = nth * hk + key;
-            head.copy_from_slice(&tiled[from * run..(from + 1) * run]);
-        }
-    }
-    grouped
-}
-
 /// Every file read in f32 gives the logits of its checkpoint folder holding the file's values
 /// (llama.cpp's dequantization) in f32: the same model. In the MoE's k-quant files, whose value
 /// heads are half a Q4_K/Q5_K block, the DeltaNets' `out_proj` is read with its columns tiled as
@@ -223,53 +162,12 @@ fn every_file_gives_the_logits_of_its_values_in_the_checkpoint() {
         for ggml_type in files(model) {
             let file = GgufFile::open(gguf_path(model, ggml_type)).unwrap();
             let device = Default::default();
-            let source = GgufSource::new::<B>(&file, &config, WeightChoice::Exactly(WeightFormat::F32), &device);
-            let mut values_of = std::collections::BTreeMap::new();
-            let mut tiled = 0;
-            for (name, dims, usage) in tensors_read(&config) {
-                let mut read = match usage {
-                    None => source.f32(&name, &dims).unwrap(),
-                    Some(usage) => f32_of(source.weight(&name, &dims, WeightFormat::F32, usage).unwrap()),
-                };
-                if source.value_head_order(&name) == ValueHeadOrder::Tiled {
-                    assert!(name.ends_with("linear_attn.out_proj.weight"), "{name}");
-                    read = grouped(&read, dims[1], &config);
-                    tiled += 1;
-                }
-                // The folder keeps each expert's projections apart (`experts.{e}.gate_proj.weight`).
-                match name.strip_suffix("gate_up_proj").or(name.strip_suffix("down_proj")) {
-                    Some(experts) if dims.len() == 3 => {
-                        let (d_out, d_in) = (dims[1], dims[2]);
-                        for (e, expert) in read.chunks(d_out * d_in).enumerate() {
-                            let mut part = |part: &str, values: &[f32]| {
-                                let shape = vec![values.len() / d_in, d_in];
-                                values_of.insert(format!("{experts}{e}.{part}.weight"), (shape, values.to_vec()));
-                            };
-                            match name.ends_with("gate_up_proj") {
-                                true => {
-                                    let (gate, up) = expert.split_at(expert.len() / 2);
-                                    part("gate_proj", gate);
-                                    part("up_proj", up);
-                                }
-                                false => part("down_proj", expert),
-                            }
-                        }
-                    }
-                    _ => {
-                        values_of.insert(name, (dims, read));
-                    }
-                }
-            }
+            let (values, tiled) = values_in_checkpoint(&file, &config);
             // Only the k-quant files' `out_proj` has heads that are not whole blocks.
             let expected = if tiles && ggml_type.ends_with("_k_m") { 3 } else { 0 };
             assert_eq!(tiled, expected, "{model}-{ggml_type}: the DeltaNets' `out_proj` held tiled");
             let folder = fixture_copy(&format!("{model}/save_pretrained"));
-            // Every tensor of the folder is one the model reads, replaced by the file's.
-            rewrite_tensors(&folder.path().join("model.safetensors"), |name, _, shape, _| {
-                let (dims, values) = values_of.get(name).unwrap_or_else(|| panic!("{name} is read"));
-                assert_eq!(dims.iter().product::<usize>(), shape.iter().product::<usize>(), "{name}");
-                Some((Dtype::F32, shape, values.iter().flat_map(|v| v.to_le_bytes()).collect()))
-            });
+            write_values(&folder.path().join("model.safetensors"), &values);
             let (_, from_file) = load_gguf::<B>(gguf_path(model, ggml_type), WeightFormat::F32, &device).unwrap();
             let (_, from_folder) =
                 qwen35::load_model_with_weights::<B>(folder.path(), WeightFormat::F32, &device).unwrap();

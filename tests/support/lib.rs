@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 pub mod counting;
 pub mod fuzz;
+pub mod gguf_values;
 pub mod gguf_writer;
 pub mod server;
 

@@ -5,9 +5,15 @@
 use std::process::Command;
 
 use decider_ops::GgmlType;
+use integration_tests::gguf_values::{values_in_checkpoint, write_values};
 use integration_tests::gguf_writer::{Part, write_gguf};
-use integration_tests::{Reference, dense_with_vocab, fixture_path, relative_check};
+use integration_tests::server::Server;
+use integration_tests::{Reference, dense_with_vocab, fixture_copy, fixture_path, relative_check};
+use qwen35::Qwen35Config;
 use qwen35::gguf::GgufFile;
+use serde_json::{Value, json};
+
+use crate::serve::assert_close;
 
 fn decider() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_decider"));
@@ -126,6 +132,103 @@ fn decide_answers_from_a_gguf_file_as_from_its_checkpoint() {
     let (from_file, from_folder) = (decide(&gguf), decide(folder.path()));
     assert!(from_file.contains(r#""choice""#) && from_file.contains(r#""noul""#), "{from_file}");
     assert_eq!(from_file, from_folder);
+}
+
+/// The rows of the token tables the served models read: the 248,320 of the committed tokenizer
+/// (the fixtures' own tables have a few hundred), `hidden` wide, values of a fixed pattern
+/// (`offset` tells the embeddings from the output head) rounded to bf16.
+fn vocab_table(hidden: usize, offset: usize) -> Vec<f32> {
+    let value = |i: usize| ((i * 7919 + offset) % 1999) as f32 / 1999.0 - 0.5;
+    (0..248_320 * hidden).map(|i| half::bf16::from_f32(value(i)).to_f32()).collect()
+}
+
+/// `decider serve --model FILE.gguf` answers from each file llama.cpp's tools made of the fixture
+/// models (F16, BF16, Q8_0, Q4_0, Q4_K_M, Q5_K_M; dense and MoE) as from the checkpoint folder
+/// holding the file's values (llama.cpp's dequantization; `out_proj`'s value heads put back in
+/// the checkpoint's order where the file keeps them tiled), both read in f32: the same
+/// probabilities within 1e-4. To be served, each file takes the committed vocabulary file's
+/// tokenizer and token tables of its 248,320 tokens (the same in the folder).
+#[test]
+fn serve_answers_from_every_gguf_file_as_from_its_values_in_the_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let vocab = GgufFile::open(vocab_file(dir.path())).unwrap();
+    let config_json = r#"{"temperature": 1.3}"#;
+    std::fs::write(dir.path().join("decider_config.json"), config_json).unwrap();
+    let request = json!({
+        "model": "decider",
+        "state": {"ticket": "My card was charged twice this month and nobody answers my emails."},
+        "questions": {
+            "team": {"type": "choice", "instructions": "Which team?", "options": ["billing", "technical", "sales"]},
+            "angry": {"type": "noul", "instructions": "Is the customer angry?"},
+            "severity": {"type": "score", "instructions": "How severe?", "criteria": {"0": "none", "1": "minor", "2": "major"}}
+        }
+    })
+    .to_string();
+    let answers = |model: &std::path::Path| {
+        let mut command = decider();
+        command
+            .args(["serve", "--backend", "ndarray", "--weights", "f32", "--addr", "127.0.0.1:0", "--model"])
+            .arg(model);
+        let server = Server::spawn(command);
+        let (status, response) = server.post("/v1/systemone", &request);
+        assert_eq!(status, 200, "{}: {response}", model.display());
+        response["answers"].clone()
+    };
+    let files: [(&str, &[&str]); 2] = [
+        ("dense", &["f16", "bf16", "q8_0", "q4_0", "q4_k_m", "q5_k_m"]),
+        ("moe", &["bf16", "q8_0", "q4_0", "q4_k_m", "q5_k_m"]),
+    ];
+    for (model, types) in files {
+        let config = Qwen35Config::from_file(fixture_path(&format!("{model}/save_pretrained/config.json"))).unwrap();
+        let hidden = config.hidden_size;
+        let tables = [("model.embed_tokens.weight", "token_embd.weight", 0), ("lm_head.weight", "output.weight", 1)];
+        for ggml_type in types {
+            let name = format!("{model}-{ggml_type}");
+            let file = GgufFile::open(fixture_path(&format!("gguf/{name}.gguf"))).unwrap();
+            let (mut values, _) = values_in_checkpoint(&file, &config);
+            let mut tensors: Vec<Part> = file
+                .tensors()
+                .iter()
+                .map(|(name, tensor)| Part {
+                    name: name.clone(),
+                    dims: tensor.dims.clone(),
+                    ggml_type: tensor.ggml_type,
+                    bytes: file.tensor(name).unwrap().1.to_vec(),
+                })
+                .collect();
+            for (checkpoint, in_file, offset) in tables {
+                let Some(part) = tensors.iter_mut().find(|part| part.name == in_file) else { continue };
+                let table = vocab_table(hidden, offset);
+                let bytes = table.iter().flat_map(|v| half::bf16::from_f32(*v).to_le_bytes()).collect();
+                *part = Part { name: in_file.into(), dims: vec![248_320, hidden], ggml_type: GgmlType::Bf16, bytes };
+                values.insert(checkpoint.into(), (vec![248_320, hidden], table));
+            }
+            let metadata: Vec<_> = file
+                .metadata()
+                .iter()
+                .filter(|(key, _)| !key.starts_with("tokenizer."))
+                .chain(vocab.metadata().iter().filter(|(key, _)| key.starts_with("tokenizer.")))
+                .map(|(key, value)| (key.clone(), value.clone()))
+                .collect();
+            let gguf = dir.path().join(format!("{name}.gguf"));
+            write_gguf(&gguf, &metadata, &tensors);
+
+            let folder = fixture_copy(&format!("{model}/save_pretrained"));
+            write_values(&folder.path().join("model.safetensors"), &values);
+            let config_path = folder.path().join("config.json");
+            let mut folder_config: Value =
+                serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+            folder_config["vocab_size"] = 248_320.into();
+            std::fs::write(&config_path, folder_config.to_string()).unwrap();
+            std::fs::write(folder.path().join("tokenizer.json"), decider::Tokenizer::test_tokenizer_json()).unwrap();
+            std::fs::write(folder.path().join("decider_config.json"), config_json).unwrap();
+
+            let (from_file, from_folder) = (answers(&gguf), answers(folder.path()));
+            assert_eq!(from_file["team"]["probabilities"].as_object().map(|p| p.len()), Some(3), "{name}: {from_file}");
+            assert_close(&from_file, &from_folder, 1e-4, &name);
+            std::fs::remove_file(&gguf).unwrap();
+        }
+    }
 }
 
 /// `decider prompt` builds the same rows from a GGUF file's vocabulary (the converter's

@@ -690,7 +690,7 @@ fn requests_queued_together_are_scored_together_and_answered_as_alone() {
 }
 
 /// `a` equals `b` with numbers within `tolerance`.
-fn assert_close(a: &Value, b: &Value, tolerance: f64, at: &str) {
+pub(crate) fn assert_close(a: &Value, b: &Value, tolerance: f64, at: &str) {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => {
             let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
