@@ -125,7 +125,7 @@ fn every_weight_held_as_stored_is_llama_cpps_dequantization() {
             // The file's own type holds most weights (the converter keeps rows that are not whole
             // blocks in F16; the gates are f32 in every format). The fixtures' Q4_K_M (Q5_K_M)
             // files are mostly the Q5_0 (Q5_1) llama-quantize gives rows narrower than 256 values,
-            // held as q8 exactly (in f32); their few Q4_K (Q5_K) weights are held as `q4_k` (`q5_k`), checked
+            // the first held as q8 (the same values), the second in f32; their few Q4_K (Q5_K) weights are held as `q4_k` (`q5_k`), checked
             // above: attention's `o_proj` and the three DeltaNets' `out_proj` (the MoE's with its
             // value heads tiled, as stored: `every_file_gives_the_logits_of_its_values_in_the_checkpoint`).
             if let Some(k_quant) = ggml_type.strip_suffix("_m") {
@@ -151,7 +151,11 @@ fn every_weight_held_as_stored_is_llama_cpps_dequantization() {
 /// (llama.cpp's dequantization) in f32: the same model. In the MoE's k-quant files, whose value
 /// heads are half a Q4_K/Q5_K block, the DeltaNets' `out_proj` is read with its columns tiled as
 /// stored and the mixer orders its heads to match; the folder gets them put back in grouped order
-/// here, by the converter's rule. (Held as stored, `auto`, the same weights are multiplied with
+/// here, by the converter's rule. The folder's values are read through the same GGUF source
+/// (names, transforms, rows' reorders: `every_tensor_is_the_checkpoints_under_the_converters_name`
+/// holds those to the checkpoint); what this adds is the model on the file against the model on
+/// the folder, the tiled `out_proj` included (its direction: the unit tests of `delta_net.rs`
+/// and `gguf/heads.rs`, with 3 key heads and 6 value heads). (Held as stored, `auto`, the same weights are multiplied with
 /// 8-bit activations: `every_weight_held_as_stored_is_llama_cpps_dequantization` holds the
 /// weights, the ops' tests the kernels.)
 #[test]

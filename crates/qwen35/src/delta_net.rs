@@ -191,3 +191,47 @@ fn softplus<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     let soft = x.clone().clamp_max(20.0).exp().log1p();
     soft.mask_where(linear, x)
 }
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::NdArray;
+    use burn::module::Param;
+    use burn::tensor::{Distribution, Int, TensorData};
+
+    use super::*;
+    use crate::weight::Held;
+
+    /// A mixer whose `out_proj` columns hold its value heads tiled, told so, gives the output of
+    /// the same mixer holding them grouped. With 3 key heads and 6 value heads, where tiling is
+    /// not its own inverse (with 2 and 4 it is), so the direction of the reorder is checked.
+    #[test]
+    fn an_out_proj_of_tiled_heads_gives_the_grouped_output() {
+        let device = Default::default();
+        let (hk, per_key, dv, hidden) = (3, 2, 4, 16);
+        let grouped = GatedDeltaNetConfig::new(hidden, hk, hk * per_key, 4, dv, 4).init::<NdArray>(&device);
+        let x = Tensor::<NdArray, 3>::random([2, 5, hidden], Distribution::Normal(0.0, 1.0), &device);
+        // Run first, so that the lazy parameters are made before the copy shares them.
+        let expected = grouped.forward(x.clone(), None).0.into_data().to_vec::<f32>().unwrap();
+
+        // The converter's order: tiled head `j · Hk + g` is grouped head `g · per_key + j`.
+        let order: Vec<i64> = (0..hk * per_key)
+            .flat_map(|t| (0..dv).map(move |c| (((t % hk) * per_key + t / hk) * dv + c) as i64))
+            .collect();
+        let Held::F32(weight) = &grouped.out_proj.weight.held else { panic!("an f32 mixer") };
+        // An f32 projection holds `Wᵀ`: its rows are the checkpoint's columns.
+        let index = Tensor::<NdArray, 1, Int>::from_data(TensorData::new(order, [hk * per_key * dv]), &device);
+        let mut tiled = grouped.clone();
+        tiled.out_proj.weight.held = Held::F32(Param::from_tensor(weight.val().select(0, index)));
+        tiled.out_proj_heads = ValueHeadOrder::Tiled;
+        let output =
+            |mixer: &GatedDeltaNet<NdArray>| mixer.forward(x.clone(), None).0.into_data().to_vec::<f32>().unwrap();
+        let scale = expected.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let worst = |got: Vec<f32>| got.iter().zip(&expected).fold(0f32, |m, (g, e)| m.max((g - e).abs()));
+        let error = worst(output(&tiled));
+        assert!(scale > 0.0 && error <= 1e-5 * scale, "tiled against grouped: {error} of {scale}");
+        // Not vacuous: the tiled weight read as grouped gives another output.
+        tiled.out_proj_heads = ValueHeadOrder::Grouped;
+        let error = worst(output(&tiled));
+        assert!(error > 1e-2 * scale, "the heads' order changes nothing: {error} of {scale}");
+    }
+}

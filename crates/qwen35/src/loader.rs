@@ -54,6 +54,8 @@ pub trait TensorSource {
 
     /// The order of the value heads in the columns of weight `name` (a DeltaNet's `out_proj`):
     /// grouped, as a checkpoint has them, unless the source keeps another ([`ValueHeadOrder`]).
+    /// A source that passes on another's weights passes this on too: the mixer multiplies in
+    /// the order it says.
     fn value_head_order(&self, _name: &str) -> ValueHeadOrder {
         ValueHeadOrder::Grouped
     }

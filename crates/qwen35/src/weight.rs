@@ -452,14 +452,7 @@ impl<B: FormatOps + DenseMatmul> Weight<B, 2> {
                 let subs = q8_values_f32(k.subs.val().select(0, index.clone()));
                 q6k_scaled(values, block_scales_f32(k.supers.val().select(0, index), self.dims[1] / QK_K), subs)
             }
-            Held::Q4K(k) => {
-                let select = |ints: &Param<Tensor<B, 2, Int>>| ints.val().select(0, index.clone());
-                q4k_weight(select(&k.values), select(&k.supers), select(&k.subs), self.dims[1])
-            }
-            Held::Q5K(k) => {
-                let select = |ints: &Param<Tensor<B, 2, Int>>| ints.val().select(0, index.clone());
-                q5k_weight(select(&k.values), select(&k.supers), select(&k.subs), self.dims[1])
-            }
+            Held::Q4K(k) | Held::Q5K(k) => self.k_quant_rows(k, |ints| ints.val().select(0, index.clone())),
             Held::Q4(_) => unreachable!("the format policy holds no table in Q4_0 (`held_format`)"),
         }
     }
@@ -494,15 +487,22 @@ impl<B: FormatOps + DenseMatmul> Weight<B, 2> {
                 block_scales_f32(k.supers.val().narrow(0, start, count), self.dims[1] / QK_K),
                 q8_values_f32(k.subs.val().narrow(0, start, count)),
             ),
-            Held::Q4K(k) => {
-                let narrow = |ints: &Param<Tensor<B, 2, Int>>| ints.val().narrow(0, start, count);
-                q4k_weight(narrow(&k.values), narrow(&k.supers), narrow(&k.subs), self.dims[1])
-            }
-            Held::Q5K(k) => {
-                let narrow = |ints: &Param<Tensor<B, 2, Int>>| ints.val().narrow(0, start, count);
-                q5k_weight(narrow(&k.values), narrow(&k.supers), narrow(&k.subs), self.dims[1])
-            }
+            Held::Q4K(k) | Held::Q5K(k) => self.k_quant_rows(k, |ints| ints.val().narrow(0, start, count)),
             Held::Q4(_) => unreachable!("the format policy holds no table in Q4_0 (`held_format`)"),
+        }
+    }
+
+    /// The rows `pick` takes of each part of this table's Q4_K or Q5_K blocks `k`, in f32.
+    fn k_quant_rows(
+        &self,
+        k: &KBlocks<B, 2>,
+        pick: impl Fn(&Param<Tensor<B, 2, Int>>) -> Tensor<B, 2, Int>,
+    ) -> Tensor<B, 2> {
+        let (values, supers, subs) = (pick(&k.values), pick(&k.supers), pick(&k.subs));
+        match self.held {
+            Held::Q4K(_) => q4k_weight(values, supers, subs, self.dims[1]),
+            Held::Q5K(_) => q5k_weight(values, supers, subs, self.dims[1]),
+            _ => unreachable!("the blocks of a Q4_K or Q5_K table"),
         }
     }
 }

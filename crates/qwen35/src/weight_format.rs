@@ -184,13 +184,14 @@ pub fn held_format(requested: WeightFormat, name: &str, dims: &[usize], usage: W
 
 /// The format a weight stored in `stored` (a GGUF tensor's type, with each weight held as
 /// stored) is held in: the policy's ([`held_format`]) where that holds the stored values exactly
-/// (the stored format itself, f32, or Q8_0 for Q4_0's values), else f32.
+/// (the stored format itself, f32, or Q8_0 for Q4_0's values), Q4_K for a token table stored in
+/// Q4_K, else f32.
 pub fn held_as_stored(stored: WeightFormat, name: &str, dims: &[usize], usage: WeightUse) -> WeightFormat {
     match held_format(stored, name, dims, usage) {
         format if format == stored || (format, stored) == (WeightFormat::Q8, WeightFormat::Q4) => format,
         // A table asked for in Q4_K is quantized to 8 bits, for accuracy; stored in Q4_K, its
         // own values are held (exact, and an eighth of f32's bytes).
-        WeightFormat::Q8 if stored == WeightFormat::Q4K => stored,
+        WeightFormat::Q8 if stored == WeightFormat::Q4K && usage == WeightUse::Rows => stored,
         _ => WeightFormat::F32,
     }
 }

@@ -98,3 +98,44 @@ impl ValueHeads {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The converter's `_reorder_v_heads`: `grouped` (value heads `[Hk, per_key]` of `unit`
+    /// entries) reshaped to `[Hk, per_key, unit]` and transposed to `[per_key, Hk, unit]`.
+    fn tiled(grouped: &[u8], key_heads: usize, per_key: usize, unit: usize) -> Vec<u8> {
+        let mut tiled = Vec::with_capacity(grouped.len());
+        for j in 0..per_key {
+            for g in 0..key_heads {
+                let head = g * per_key + j;
+                tiled.extend_from_slice(&grouped[head * unit..(head + 1) * unit]);
+            }
+        }
+        tiled
+    }
+
+    /// Rows and whole-block columns come back in grouped order, with 3 key heads and 6 value
+    /// heads: there tiling is not its own inverse (with 2 and 4 it is), so the direction counts.
+    #[test]
+    fn rows_and_columns_are_put_back_in_grouped_order() {
+        let heads = ValueHeads { key_heads: 3, per_key: 2, width: 2, qk_channels: 1 };
+        let f32_bytes = |values: &[u8]| values.iter().flat_map(|&v| f32::from(v).to_le_bytes()).collect::<Vec<u8>>();
+        // `in_proj_qkv`-like: a query/key row first (it stays), then 6 heads of 2 rows of one value.
+        let grouped: Vec<u8> = (0..13).collect();
+        let file = [&grouped[..1], &tiled(&grouped[1..], 3, 2, 2)].concat();
+        assert_ne!(file, grouped);
+        let rows = Heads::Rows { per_head: HeadRows::Width, after_qk: true };
+        let read = heads.ordered(GgmlType::F32, Cow::Owned(f32_bytes(&file)), 13, rows).unwrap();
+        assert_eq!(read.into_owned(), f32_bytes(&grouped));
+        // `out_proj`-like: two rows of 6 heads of 2 columns, in F32 (blocks of one value).
+        let row: Vec<u8> = (0..12).collect();
+        let file = [tiled(&row, 3, 2, 2), tiled(&row, 3, 2, 2)].concat();
+        let read = heads.ordered(GgmlType::F32, Cow::Owned(f32_bytes(&file)), 2, Heads::Columns).unwrap();
+        assert_eq!(read.into_owned(), f32_bytes(&[row.clone(), row].concat()));
+        // Heads of 2 columns are not whole Q4_K blocks: left as stored, and said to be tiled.
+        assert_eq!(heads.order(GgmlType::Q4K, Heads::Columns), ValueHeadOrder::Tiled);
+        assert_eq!(heads.order(GgmlType::F32, Heads::Columns), ValueHeadOrder::Grouped);
+    }
+}

@@ -225,7 +225,7 @@ impl TensorSource for GgufSource<'_> {
 
     fn value_head_order(&self, name: &str) -> ValueHeadOrder {
         let order = |stored: Stored| {
-            let tensor = self.file.tensors().get(stored.names.first()?)?;
+            let tensor = self.file.tensors().get(self.parts(&stored).first()?)?;
             Some(self.heads.order(tensor.ggml_type, stored.heads))
         };
         names::stored(name).and_then(order).unwrap_or_default()
