@@ -2,13 +2,16 @@
 # non-root user, with a health check on /health (503 while the model loads, 200 once ready).
 #
 #   docker build -t decider .                              # ndarray (CPU)
+#   podman build --format docker -t decider .              # Podman: keeps the HEALTHCHECK
 #   docker build -t decider --build-arg FEATURES=candle .  # more backends: decider-cli's features
 #   docker run -p 8000:8000 -v /srv/models/decider-2b:/model:ro decider
 #
 # Every flag of `decider serve` is also a DECIDER_* variable (`docker run -e DECIDER_THREADS=8`).
 # Deployment notes and a Kubernetes example: docs/deploy.md.
 
-FROM rust:1.92-bookworm AS build
+# The Rust of the build: the workspace's rust-version or later.
+ARG RUST_VERSION=1.92
+FROM rust:${RUST_VERSION}-bookworm AS build
 ARG FEATURES=""
 WORKDIR /src
 COPY . .

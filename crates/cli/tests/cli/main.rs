@@ -4,6 +4,7 @@
 //! machine with the timing checks of `serve`.
 
 mod commands;
+mod container;
 mod forward_command;
 mod gguf;
 mod operations;
