@@ -34,7 +34,7 @@ type B = NdArray;
 fn files(model: &str) -> &'static [&'static str] {
     match model {
         "dense" => &["bf16", "f16", "q8_0", "q4_0", "q4_k_m", "q5_k_m"],
-        _ => &["bf16", "q8_0", "q4_0", "q4_k_m", "q5_k_m"],
+        _ => &["bf16", "f16", "q8_0", "q4_0", "q4_k_m", "q5_k_m"],
     }
 }
 

@@ -176,7 +176,7 @@ fn serve_answers_from_every_gguf_file_as_from_its_values_in_the_checkpoint() {
     };
     let files: [(&str, &[&str]); 2] = [
         ("dense", &["f16", "bf16", "q8_0", "q4_0", "q4_k_m", "q5_k_m"]),
-        ("moe", &["bf16", "q8_0", "q4_0", "q4_k_m", "q5_k_m"]),
+        ("moe", &["bf16", "f16", "q8_0", "q4_0", "q4_k_m", "q5_k_m"]),
     ];
     for (model, types) in files {
         let config = Qwen35Config::from_file(fixture_path(&format!("{model}/save_pretrained/config.json"))).unwrap();
