@@ -7,9 +7,9 @@ use std::path::Path;
 
 use burn::backend::NdArray;
 use decider_ops::{dequantize_q4, dequantize_q4k, dequantize_q5k, dequantize_q6k, dequantize_q8};
-use qwen35::delta_net::ValueHeadOrder;
 use qwen35::gguf::{GgufFile, GgufSource};
 use qwen35::loader::{Load, TensorSource};
+use qwen35::value_heads::ValueHeadOrder;
 use qwen35::weight::WeightValues;
 use qwen35::weight_format::WeightUse;
 use qwen35::{LoadError, Qwen35Config, WeightChoice, WeightFormat};

@@ -11,20 +11,8 @@ use crate::delta_rule::{gated_delta_rule, recurrent_gated_delta_rule};
 use crate::loader::{Load, Loader};
 use crate::norm::{GatedRmsNorm, RmsNormConfig};
 use crate::projection::{Projection, ProjectionConfig, ProjectionOps};
+use crate::value_heads::ValueHeadOrder;
 use crate::weight_format::{FormatOps, ProjectionInput, WeightFormat};
-
-/// The order of the value heads in `out_proj`'s input. A checkpoint lists them grouped by the
-/// key head they read (`[k0: v0 v1 | k1: v0 v1]`). llama.cpp's converter writes them tiled
-/// (`[k0 v0, k1 v0 | k0 v1, k1 v1]`) where there are more value heads than key heads; the GGUF
-/// loader puts them back in grouped order, except in an `out_proj` of k-quant blocks, which span
-/// two 128-wide heads and cannot move without rounding again (`gguf/heads.rs`): that one is held
-/// tiled, and the mixer puts its output in the tiled order instead.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum ValueHeadOrder {
-    #[default]
-    Grouped,
-    Tiled,
-}
 
 #[derive(Config, Debug)]
 pub struct GatedDeltaNetConfig {

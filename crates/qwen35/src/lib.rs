@@ -29,6 +29,7 @@ pub mod rope;
 pub mod seeded;
 mod shards;
 pub mod token_table;
+pub mod value_heads;
 pub mod weight;
 pub mod weight_choice;
 pub mod weight_format;

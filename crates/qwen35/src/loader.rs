@@ -16,8 +16,8 @@ use std::cell::{Cell, RefCell};
 use burn::module::{Initializer, Param};
 use burn::tensor::{Tensor, TensorData, backend::Backend};
 
-use crate::delta_net::ValueHeadOrder;
 use crate::error::LoadError;
+use crate::value_heads::ValueHeadOrder;
 use crate::weight::{Weight, WeightValues};
 use crate::weight_format::{FormatOps, WeightFormat, WeightUse, held_as_stored, held_format};
 

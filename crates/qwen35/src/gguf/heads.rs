@@ -11,7 +11,7 @@ use decider_ops::GgmlType;
 
 use super::names::{HeadRows, Heads};
 use crate::config::Qwen35Config;
-use crate::delta_net::ValueHeadOrder;
+use crate::value_heads::ValueHeadOrder;
 
 /// The DeltaNet's heads of a model.
 #[derive(Debug, Clone, Copy)]

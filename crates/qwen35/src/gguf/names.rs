@@ -24,7 +24,7 @@ pub enum Transform {
 /// heads grouped by the key head they read (`[k0: v0 v1 | k1: v0 v1]`); where there are more value
 /// than key heads, the converter writes them tiled (`[k0 v0, k1 v0 | k0 v1, k1 v1]`), for ggml's
 /// broadcast. Read back grouped, except `out_proj`'s columns where a head is not whole blocks
-/// ([`crate::delta_net::ValueHeadOrder`]).
+/// ([`crate::value_heads::ValueHeadOrder`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Heads {
     /// No value heads.
