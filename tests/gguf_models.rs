@@ -17,7 +17,7 @@
 use burn::backend::NdArray;
 use decider_ops::GgmlType;
 use integration_tests::gguf_values::{f32_of, tensors_read, values_in_checkpoint, write_values};
-use integration_tests::gguf_writer::{Part, write_gguf};
+use integration_tests::gguf_writer::{Part, parts, write_gguf};
 use integration_tests::{MODELS, Reference, assert_close, fixture_copy, fixture_path, relative_check, rewrite_tensors};
 use qwen35::checkpoint::Checkpoint;
 use qwen35::gguf::{GgufFile, GgufSource, Value, config_of, load_gguf};
@@ -279,22 +279,6 @@ fn a_file_that_is_not_what_its_settings_say_is_refused_naming_the_key_or_tensor(
         }
         Ok(_) => panic!("a Q8_0 file loaded in q4"),
     }
-}
-
-/// The parts of `file`: its metadata and its tensors, to be written again changed.
-fn parts(file: &GgufFile) -> (Vec<(String, Value)>, Vec<Part>) {
-    let metadata = file.metadata().iter().map(|(key, value)| (key.clone(), value.clone())).collect();
-    let tensors = file
-        .tensors()
-        .iter()
-        .map(|(name, tensor)| Part {
-            name: name.clone(),
-            dims: tensor.dims.clone(),
-            ggml_type: tensor.ggml_type,
-            bytes: file.tensor(name).unwrap().1.to_vec(),
-        })
-        .collect();
-    (metadata, tensors)
 }
 
 /// The logits of the model of GGUF file `path` on the reference's `len7` ids, in f32.

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use decider_ops::GgmlType;
-use qwen35::gguf::{Array, Value};
+use qwen35::gguf::{Array, GgufFile, Value};
 
 /// A tensor to write: its name, dimensions outermost first (`[out, in]`), type and bytes.
 pub struct Part {
@@ -104,4 +104,20 @@ fn value_bytes(file: &mut Vec<u8>, value: &Value) {
             }
         }
     }
+}
+
+/// The parts of `file`: its metadata and its tensors, to be written again changed.
+pub fn parts(file: &GgufFile) -> (Vec<(String, Value)>, Vec<Part>) {
+    let metadata = file.metadata().iter().map(|(key, value)| (key.clone(), value.clone())).collect();
+    let tensors = file
+        .tensors()
+        .iter()
+        .map(|(name, tensor)| Part {
+            name: name.clone(),
+            dims: tensor.dims.clone(),
+            ggml_type: tensor.ggml_type,
+            bytes: file.tensor(name).unwrap().1.to_vec(),
+        })
+        .collect();
+    (metadata, tensors)
 }

@@ -6,12 +6,13 @@ use std::process::Command;
 
 use decider_ops::GgmlType;
 use integration_tests::gguf_values::{values_in_checkpoint, write_values};
-use integration_tests::gguf_writer::{Part, write_gguf};
+use integration_tests::gguf_writer::{Part, parts, write_gguf};
 use integration_tests::server::Server;
 use integration_tests::{Reference, dense_with_vocab, fixture_copy, fixture_path, relative_check};
 use qwen35::Qwen35Config;
 use qwen35::gguf::GgufFile;
-use serde_json::{Value, json};
+use qwen35::gguf::Value;
+use serde_json::{Value as Json, json};
 
 use crate::serve::assert_close;
 
@@ -56,6 +57,16 @@ fn forward_reads_a_gguf_file() {
     println!("moe-bf16.gguf --weights auto: logits within {error:.1e} of the checkpoint's in bf16");
 }
 
+/// A file's `metadata` with its tokenizer keys replaced by those of `vocab`.
+fn with_tokenizer(metadata: Vec<(String, Value)>, vocab: &GgufFile) -> Vec<(String, Value)> {
+    let tokenizer = vocab.metadata().iter().filter(|(key, _)| key.starts_with("tokenizer."));
+    metadata
+        .into_iter()
+        .filter(|(key, _)| !key.starts_with("tokenizer."))
+        .chain(tokenizer.map(|(key, value)| (key.clone(), value.clone())))
+        .collect()
+}
+
 /// The committed vocabulary file, unpacked into `dir`.
 fn vocab_file(dir: &std::path::Path) -> std::path::PathBuf {
     let path = dir.join("vocab.gguf");
@@ -86,13 +97,8 @@ fn decide_answers_from_a_gguf_file_as_from_its_checkpoint() {
     let embeddings = checkpoint.tensor("model.embed_tokens.weight").unwrap();
     assert_eq!(embeddings.dtype(), safetensors::Dtype::BF16);
     let dense = GgufFile::open(fixture_path("gguf/dense-bf16.gguf")).unwrap();
-    let metadata: Vec<_> = dense
-        .metadata()
-        .iter()
-        .filter(|(key, _)| !key.starts_with("tokenizer."))
-        .chain(vocab.metadata().iter().filter(|(key, _)| key.starts_with("tokenizer.")))
-        .map(|(key, value)| (key.clone(), value.clone()))
-        .collect();
+    let (metadata, _) = parts(&dense);
+    let metadata = with_tokenizer(metadata, &vocab);
     let tensors: Vec<Part> = dense
         .tensors()
         .iter()
@@ -186,16 +192,7 @@ fn serve_answers_from_every_gguf_file_as_from_its_values_in_the_checkpoint() {
             let name = format!("{model}-{ggml_type}");
             let file = GgufFile::open(fixture_path(&format!("gguf/{name}.gguf"))).unwrap();
             let (mut values, _) = values_in_checkpoint(&file, &config);
-            let mut tensors: Vec<Part> = file
-                .tensors()
-                .iter()
-                .map(|(name, tensor)| Part {
-                    name: name.clone(),
-                    dims: tensor.dims.clone(),
-                    ggml_type: tensor.ggml_type,
-                    bytes: file.tensor(name).unwrap().1.to_vec(),
-                })
-                .collect();
+            let (metadata, mut tensors) = parts(&file);
             for (checkpoint, in_file, offset) in tables {
                 let Some(part) = tensors.iter_mut().find(|part| part.name == in_file) else { continue };
                 let table = vocab_table(hidden, offset);
@@ -203,20 +200,13 @@ fn serve_answers_from_every_gguf_file_as_from_its_values_in_the_checkpoint() {
                 *part = Part { name: in_file.into(), dims: vec![248_320, hidden], ggml_type: GgmlType::Bf16, bytes };
                 values.insert(checkpoint.into(), (vec![248_320, hidden], table));
             }
-            let metadata: Vec<_> = file
-                .metadata()
-                .iter()
-                .filter(|(key, _)| !key.starts_with("tokenizer."))
-                .chain(vocab.metadata().iter().filter(|(key, _)| key.starts_with("tokenizer.")))
-                .map(|(key, value)| (key.clone(), value.clone()))
-                .collect();
             let gguf = dir.path().join(format!("{name}.gguf"));
-            write_gguf(&gguf, &metadata, &tensors);
+            write_gguf(&gguf, &with_tokenizer(metadata, &vocab), &tensors);
 
             let folder = fixture_copy(&format!("{model}/save_pretrained"));
             write_values(&folder.path().join("model.safetensors"), &values);
             let config_path = folder.path().join("config.json");
-            let mut folder_config: Value =
+            let mut folder_config: Json =
                 serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
             folder_config["vocab_size"] = 248_320.into();
             std::fs::write(&config_path, folder_config.to_string()).unwrap();
